@@ -1,0 +1,30 @@
+"""django_debounce: debounce-first background jobs on the Django ORM.
+
+Public API (contract §10): :func:`task`, :func:`debounced_task`, :func:`enqueue`.
+Importing this package does not import models, so it is safe in settings and
+in ``tasks.py`` modules loaded before the app registry is ready.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
+
+from .tasks import Task, debounced_task, task
+
+if TYPE_CHECKING:
+    from .models import Job
+
+try:
+    __version__ = version("django-debounce")
+except PackageNotFoundError:  # pragma: no cover - running from a source tree
+    __version__ = "0+unknown"
+
+__all__ = ["Task", "__version__", "debounced_task", "enqueue", "task"]
+
+
+def enqueue(task_name: str, args: Any = (), kwargs: Any = None, **options: Any) -> Job:
+    """Enqueue a call of the task registered as ``task_name``; see :func:`django_debounce.core.enqueue`."""
+    from .core import enqueue as _enqueue
+
+    return _enqueue(task_name, args, kwargs, **options)

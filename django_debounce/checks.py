@@ -1,0 +1,130 @@
+"""System checks for the ``DEBOUNCE_*`` settings and the database (ids ``django_debounce.E0nn``/``W0nn``).
+
+Every id is listed in docs/reference/checks.md. Ids are never renumbered.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.checks import CheckMessage, Error, Warning, register
+from django.db import connections
+
+from .conf import DEFAULTS
+from .durations import parse_duration
+from .exceptions import ConfigurationError
+
+_DURATIONS = {
+    "DEFAULT_WINDOW": "E001",
+    "DEFAULT_MAX_WAIT": "E002",
+    "LEASE": "E004",
+    "MIN_BACKOFF": "E005",
+    "MAX_BACKOFF": "E006",
+    "SHUTDOWN_GRACE": "E007",
+}
+
+
+def _setting(name: str) -> Any:
+    return getattr(django_settings, f"DEBOUNCE_{name}", DEFAULTS[name])
+
+
+@register()
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Validate every ``DEBOUNCE_*`` setting (E001–E010)."""
+    errors: list[CheckMessage] = []
+    parsed = {}
+    for name, code in _DURATIONS.items():
+        value = _setting(name)
+        if value is None and name.startswith("DEFAULT_"):
+            continue
+        try:
+            parsed[name] = parse_duration(value, name=f"DEBOUNCE_{name}")
+        except ConfigurationError as exc:
+            errors.append(
+                Error(
+                    str(exc),
+                    hint=f"Set DEBOUNCE_{name} to seconds, a timedelta, or a string like '10s' or '5m'.",
+                    id=f"django_debounce.{code}",
+                )
+            )
+    window, max_wait = parsed.get("DEFAULT_WINDOW"), parsed.get("DEFAULT_MAX_WAIT")
+    if window is not None and max_wait is not None and max_wait < window:
+        errors.append(
+            Error(
+                f"DEBOUNCE_DEFAULT_MAX_WAIT ({max_wait}) is shorter than DEBOUNCE_DEFAULT_WINDOW ({window}).",
+                hint="The max wait caps the window, so it must be at least as long.",
+                id="django_debounce.E003",
+            )
+        )
+    low, high = parsed.get("MIN_BACKOFF"), parsed.get("MAX_BACKOFF")
+    if low is not None and high is not None and high < low:
+        errors.append(
+            Error(
+                f"DEBOUNCE_MAX_BACKOFF ({high}) is shorter than DEBOUNCE_MIN_BACKOFF ({low}).",
+                hint="Raise DEBOUNCE_MAX_BACKOFF or lower DEBOUNCE_MIN_BACKOFF.",
+                id="django_debounce.E008",
+            )
+        )
+    retries = _setting("MAX_RETRIES")
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        errors.append(
+            Error(
+                f"DEBOUNCE_MAX_RETRIES={retries!r} is not an integer >= 0.",
+                hint="It counts retries after the first attempt; 0 means run once.",
+                id="django_debounce.E009",
+            )
+        )
+    for name in ("POLL_INTERVAL",):
+        value = _setting(name)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            errors.append(
+                Error(
+                    f"DEBOUNCE_{name}={value!r} is not a positive number of seconds.",
+                    hint="For example DEBOUNCE_POLL_INTERVAL = 1.0.",
+                    id="django_debounce.E010",
+                )
+            )
+    return errors
+
+
+@register()
+def check_database_options(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Check database OPTIONS without connecting (W001, W002)."""
+    return check_database_settings()
+
+
+def check_database_settings() -> list[CheckMessage]:
+    """Return W001 (SQLite not IMMEDIATE) and W002 (MySQL/MariaDB not READ COMMITTED)."""
+    messages: list[CheckMessage] = []
+    for alias in connections:
+        conn = connections[alias]
+        options = conn.settings_dict.get("OPTIONS", {}) or {}
+        if conn.vendor == "sqlite":
+            if str(options.get("transaction_mode", "")).upper() != "IMMEDIATE":
+                messages.append(
+                    Warning(
+                        f'Database {alias!r} is SQLite without "transaction_mode": "IMMEDIATE".',
+                        hint=(
+                            "Deferred transactions take the write lock only at their first write, "
+                            "so a web process and a worker racing on one window fail with "
+                            "'database is locked' instead of waiting their turn. Add "
+                            'OPTIONS={"transaction_mode": "IMMEDIATE"} (Django 5.1+).'
+                        ),
+                        id="django_debounce.W001",
+                    )
+                )
+        elif conn.vendor == "mysql":
+            level = str(options.get("isolation_level", "")).lower()
+            if level != "read committed":
+                messages.append(
+                    Warning(
+                        f"Database {alias!r} is MySQL/MariaDB without isolation_level 'read committed'.",
+                        hint=(
+                            "At REPEATABLE READ a producer can miss a window another committed; set "
+                            'OPTIONS={"isolation_level": "read committed"}.'
+                        ),
+                        id="django_debounce.W002",
+                    )
+                )
+    return messages

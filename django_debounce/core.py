@@ -1,0 +1,415 @@
+"""Enqueue: validate a call, then slide-or-insert atomically (contract §2–§5).
+
+An enqueue is planned first (options, key, payload: every error raised before
+any SQL runs, §3) and then written in one short transaction:
+
+* debounced: lock the open window of (task, key) with ``SELECT … FOR UPDATE``
+  and slide it, or insert a new one. The unique ``window_key`` column makes a
+  racing second insert fail, and the loser retries and slides instead (§4.4);
+* coalesced (``unique_key``/``idempotent``): return the READY/RUNNING job that
+  holds the unique lock, or insert;
+* plain: insert.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, OperationalError, router, transaction
+from django.utils import timezone
+
+from . import codec, keys, registry
+from .conf import settings
+from .durations import parse_duration
+from .exceptions import ConfigurationError, EnqueueContentionError
+from .models import Job
+from .signals import job_enqueued
+from .tasks import check_priority, check_queue, check_window
+
+if TYPE_CHECKING:
+    from .tasks import MergeFunction, Task
+
+logger = logging.getLogger("django_debounce.core")
+
+CALL_OPTIONS = frozenset(
+    {
+        "debounce",
+        "debounce_key",
+        "debounce_max_wait",
+        "debounce_replace_payload",
+        "debounce_merge",
+        "countdown",
+        "eta",
+        "priority",
+        "queue",
+        "expires",
+        "metadata",
+        "notes",
+        "depends_on",
+        "unique_key",
+        "max_retries",
+    }
+)
+
+
+@dataclass
+class Plan:
+    """A validated call, ready to be written (no SQL has run yet)."""
+
+    task_name: str
+    queue: str
+    priority: int
+    max_retries: int
+    args: list[Any]
+    kwargs: dict[str, Any]
+    run_at: datetime
+    expires_at: datetime | None
+    metadata: dict[str, Any]
+    notes: str
+    window: timedelta | None = None
+    max_wait: timedelta | None = None
+    debounce_key: str | None = None
+    window_key: str | None = None
+    replace_payload: bool = False
+    merge: MergeFunction | None = None
+    unique_key: str | None = None
+    unique_lock: str | None = None
+
+
+def enqueue(
+    task_name: str,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> Job:
+    """Enqueue a call of the task registered as ``task_name`` (§2).
+
+    Works from a process that never imported the task: then only the call's
+    own options apply, and ``{N}``/``{name}`` in a key template are
+    ``args[N]``/``kwargs[name]`` as given (§3).
+
+    Args:
+        task_name: the task's registered name.
+        args: positional arguments (sequence).
+        kwargs: keyword arguments (mapping with ``str`` keys).
+        **options: per-call options, as for :meth:`Task.apply_async`.
+
+    Returns:
+        The job after this enqueue, with ``outcome`` set.
+
+    Raises:
+        ConfigurationError, KeyResolutionError, PayloadError,
+        EnqueueContentionError: as for :meth:`Task.apply_async`.
+    """
+    if not isinstance(task_name, str) or not task_name:
+        raise ConfigurationError(f"enqueue() needs a task name (str), got {task_name!r}.")
+    return enqueue_call(registry.lookup(task_name), task_name, args, kwargs or {}, options)
+
+
+def enqueue_call(
+    task: Task[Any, Any] | None,
+    task_name: str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    options: Mapping[str, Any],
+) -> Job:
+    """Plan and write one call (the shared path of ``delay``, ``apply_async``, ``enqueue``)."""
+    now = timezone.now()
+    plan = plan_call(task, task_name, args, kwargs, options, now)
+    job = write(plan, now)
+    job_enqueued.send(sender=Job, job=job, outcome=job.outcome)
+    return job
+
+
+def _call_duration(options: Mapping[str, Any], name: str) -> timedelta | None:
+    value = options.get(name)
+    return None if value is None else parse_duration(value, name=name)
+
+
+def plan_call(
+    task: Task[Any, Any] | None,
+    task_name: str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    options: Mapping[str, Any],
+    now: datetime,
+) -> Plan:
+    """Validate a call and resolve its key and payload; run no SQL.
+
+    Raises:
+        ConfigurationError, KeyResolutionError, PayloadError: see ``apply_async``.
+    """
+    unknown = set(options) - CALL_OPTIONS
+    if unknown:
+        raise ConfigurationError(
+            f"unknown enqueue option(s) {sorted(unknown)} for task {task_name!r}; "
+            f"accepted: {', '.join(sorted(CALL_OPTIONS))}."
+        )
+    if not isinstance(args, list | tuple):
+        raise ConfigurationError(f"args must be a tuple or list, got {type(args).__name__}.")
+    if not isinstance(kwargs, Mapping):
+        raise ConfigurationError(f"kwargs must be a dict, got {type(kwargs).__name__}.")
+    if options.get("depends_on"):
+        raise ConfigurationError(
+            "depends_on is not supported by this release yet; enqueue the dependent job from "
+            "the dependency's task instead."
+        )
+    where = f"enqueue of {task_name!r}"
+    defaults = task.options if task is not None else None
+
+    # Debounce: the call's options override the task's (§2).
+    window = _call_duration(options, "debounce")
+    if window is None and defaults is not None:
+        window = defaults.debounce
+    call_max_wait = _call_duration(options, "debounce_max_wait")
+    key_spec = options.get("debounce_key")
+    if key_spec is None and defaults is not None:
+        key_spec = defaults.debounce_key
+    replace = options.get("debounce_replace_payload")
+    if replace is None:
+        replace = defaults.debounce_replace_payload if defaults is not None else False
+    merge = options.get("debounce_merge")
+    if merge is None and defaults is not None:
+        merge = defaults.debounce_merge
+    unique_spec = options.get("unique_key")
+    idempotent = False
+    if defaults is not None:
+        if unique_spec is None:
+            unique_spec = defaults.unique_key
+        idempotent = defaults.idempotent
+
+    if window is None and (call_max_wait is not None or options.get("debounce_key") is not None):
+        raise ConfigurationError(
+            f"{where}: debounce_key/debounce_max_wait given for a call that is not debounced; "
+            "pass debounce= too."
+        )
+    max_wait: timedelta | None = None
+    if window is not None:
+        if unique_spec is not None or idempotent:
+            raise ConfigurationError(
+                f"{where}: a debounce window and a unique key on one call (§1); choose one."
+            )
+        if options.get("countdown") is not None or options.get("eta") is not None:
+            raise ConfigurationError(
+                f"{where}: countdown/eta on a debounced call; the window decides when it runs."
+            )
+        if call_max_wait is None and defaults is not None:
+            call_max_wait = defaults.debounce_max_wait
+        max_wait = check_window(window, call_max_wait, where=where)
+    if merge is not None and replace:
+        raise ConfigurationError(
+            f"{where}: debounce_merge and debounce_replace_payload=True both decide the stored "
+            "call; set only one."
+        )
+
+    queue = check_queue(options.get("queue") or (defaults.queue if defaults else "default"))
+    priority = options.get("priority")
+    priority = check_priority(
+        priority if priority is not None else (defaults.priority if defaults else 0)
+    )
+    max_retries = options.get("max_retries")
+    if max_retries is None:
+        max_retries = defaults.max_retries if defaults is not None else None
+    if max_retries is None:
+        max_retries = settings.max_retries
+    if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+        raise ConfigurationError(f"{where}: max_retries={max_retries!r} must be an int >= 0.")
+    metadata = options.get("metadata")
+    if metadata is None:
+        metadata = dict(defaults.metadata) if defaults is not None else {}
+    if not isinstance(metadata, dict):
+        raise ConfigurationError(
+            f"{where}: metadata must be a dict, got {type(metadata).__name__}."
+        )
+    notes = options.get("notes") or ""
+    if not isinstance(notes, str):
+        raise ConfigurationError(f"{where}: notes must be a str.")
+
+    # Expiry: a duration from now, or an aware datetime.
+    expires = options.get("expires")
+    expires_at: datetime | None
+    if expires is None:
+        expires_at = now + defaults.expires if defaults is not None and defaults.expires else None
+    elif isinstance(expires, datetime):
+        if timezone.is_naive(expires):
+            raise ConfigurationError(
+                f"{where}: expires={expires!r} is naive; pass an aware datetime."
+            )
+        expires_at = expires
+    else:
+        expires_at = now + parse_duration(expires, name="expires")
+    if expires_at is not None and max_wait is not None and expires_at < now + max_wait:
+        raise ConfigurationError(
+            f"{where}: expires is sooner than the max wait {max_wait}; the job could expire "
+            "before its window closes."
+        )
+
+    # When a plain job runs.
+    run_at = now
+    if window is None:
+        countdown, eta = options.get("countdown"), options.get("eta")
+        if countdown is not None and eta is not None:
+            raise ConfigurationError(f"{where}: give countdown or eta, not both.")
+        if countdown is not None:
+            if (
+                isinstance(countdown, int | float)
+                and not isinstance(countdown, bool)
+                and countdown == 0
+            ):
+                run_at = now
+            else:
+                run_at = now + parse_duration(countdown, name="countdown")
+        elif eta is not None:
+            if not isinstance(eta, datetime) or timezone.is_naive(eta):
+                raise ConfigurationError(f"{where}: eta={eta!r} must be an aware datetime.")
+            run_at = eta
+
+    # Keys are resolved before the payload is encoded (§3).
+    signature = task.signature if task is not None else None
+    bound = keys.bind_call(signature, args, kwargs)
+    debounce_key: str | None = None
+    if window is not None:
+        if key_spec is None:
+            debounce_key = keys.default_key(bound)
+        else:
+            debounce_key = keys.resolve_key(key_spec, bound, args, kwargs)
+            if debounce_key is None:  # a callable opted this call out (§3)
+                window = max_wait = None
+    unique_key: str | None = None
+    if unique_spec is not None:
+        unique_key = keys.resolve_key(unique_spec, bound, args, kwargs)
+    elif idempotent:
+        unique_key = keys.default_key(bound)
+
+    enc_args, enc_kwargs = codec.encode_call(args, dict(kwargs))
+    return Plan(
+        task_name=task_name,
+        queue=queue,
+        priority=priority,
+        max_retries=max_retries,
+        args=enc_args,
+        kwargs=enc_kwargs,
+        run_at=run_at,
+        expires_at=expires_at,
+        metadata=metadata,
+        notes=notes,
+        window=window,
+        max_wait=max_wait,
+        debounce_key=debounce_key,
+        window_key=keys.window_hash(task_name, debounce_key)
+        if window is not None and debounce_key is not None
+        else None,
+        replace_payload=bool(replace),
+        merge=merge,
+        unique_key=unique_key,
+        unique_lock=keys.window_hash(task_name, unique_key) if unique_key is not None else None,
+    )
+
+
+def write(plan: Plan, now: datetime, using: str | None = None) -> Job:
+    """Write ``plan`` atomically, retrying lost races and lock waits (§4.4).
+
+    Raises:
+        EnqueueContentionError: the retry budget (``DEBOUNCE_ENQUEUE_RETRIES``)
+            ran out; nothing was written.
+    """
+    db = using or router.db_for_write(Job) or DEFAULT_DB_ALIAS
+    budget = max(1, settings.enqueue_retries)
+    last: Exception | None = None
+    for attempt in range(budget):
+        try:
+            with transaction.atomic(using=db):
+                return _write_once(plan, now, db)
+        except (IntegrityError, OperationalError) as exc:
+            last = exc
+            logger.debug(
+                "enqueue of %s lost a race or waited on a lock (attempt %d): %s",
+                plan.task_name,
+                attempt + 1,
+                exc,
+                extra={"action": "enqueue_retry"},
+            )
+            if attempt:  # the first retry is immediate: a lost insert race resolves at once
+                time.sleep(min(0.5, 0.002 * 2**attempt) * random.random())
+    raise EnqueueContentionError(
+        f"enqueue of {plan.task_name!r} gave up after {budget} attempts under lock contention; "
+        "nothing was written. Retry the call, or raise DEBOUNCE_ENQUEUE_RETRIES."
+    ) from last
+
+
+def _write_once(plan: Plan, now: datetime, db: str) -> Job:
+    if plan.window_key is not None:
+        found = list(
+            Job.objects.using(db).select_for_update().filter(window_key=plan.window_key)[:1]
+        )
+        if found:
+            return _slide(found[0], plan, now, db)
+    elif plan.unique_lock is not None:
+        found = list(
+            Job.objects.using(db).select_for_update().filter(unique_lock=plan.unique_lock)[:1]
+        )
+        if found:
+            found[0].outcome = "coalesced"
+            return found[0]
+    debounced = plan.window is not None
+    assert plan.max_wait is not None or not debounced
+    job = Job(
+        task_name=plan.task_name,
+        queue=plan.queue,
+        priority=plan.priority,
+        status=Job.Status.READY,
+        args=plan.args,
+        kwargs=plan.kwargs,
+        run_at=now + plan.window if debounced else plan.run_at,  # type: ignore[operator]
+        opened_at=now if debounced else None,
+        max_run_at=now + plan.max_wait if debounced else None,  # type: ignore[operator]
+        debounce_key=plan.debounce_key if debounced else None,
+        window_key=plan.window_key,
+        key_hash=plan.window_key,
+        unique_key=plan.unique_key,
+        unique_lock=plan.unique_lock,
+        enqueue_count=1,
+        last_enqueued_at=now,
+        max_retries=plan.max_retries,
+        metadata=plan.metadata,
+        notes=plan.notes,
+        expires_at=plan.expires_at,
+        created_at=now,
+    )
+    job.save(force_insert=True, using=db)
+    job.outcome = "created"
+    return job
+
+
+def _slide(job: Job, plan: Plan, now: datetime, db: str) -> Job:
+    """Slide an open window (§4.2): later deadline, capped by the ceiling fixed at opening."""
+    assert plan.window is not None and job.max_run_at is not None
+    job.run_at = min(now + plan.window, job.max_run_at)
+    job.enqueue_count += 1
+    job.last_enqueued_at = now
+    fields = ["run_at", "enqueue_count", "last_enqueued_at"]
+    if plan.replace_payload:
+        job.args, job.kwargs = plan.args, plan.kwargs
+        fields += ["args", "kwargs"]
+    elif plan.merge is not None:
+        stored = codec.decode_call(job.args, job.kwargs)
+        new = codec.decode_call(plan.args, plan.kwargs)
+        merged = plan.merge(stored, new)
+        try:
+            merged_args, merged_kwargs = merged
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(
+                f"debounce_merge of {plan.task_name!r} returned {merged!r}; it must return "
+                "(args, kwargs)."
+            ) from exc
+        job.args, job.kwargs = codec.encode_call(list(merged_args), dict(merged_kwargs))
+        fields += ["args", "kwargs"]
+    job.save(update_fields=fields, using=db)
+    job.outcome = "debounced"
+    return job

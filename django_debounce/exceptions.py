@@ -1,0 +1,38 @@
+"""Exceptions raised by django_debounce (contract §10).
+
+Every exception derives from :class:`DebounceError`. Each class's docstring is
+its default message, so ``raise ConfigurationError()`` still says something
+useful, but callers should always pass a message naming what was wrong and how
+to fix it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class DebounceError(Exception):
+    """A django_debounce error occurred."""
+
+    def __init__(self, message: str | None = None, *args: Any) -> None:
+        super().__init__(message or (self.__doc__ or "").strip(), *args)
+
+
+class ConfigurationError(DebounceError, ValueError):
+    """A task or an enqueue call was configured in a way the contract forbids (§2)."""
+
+
+class KeyResolutionError(DebounceError, ValueError):
+    """A debounce or unique key template could not be resolved from the call's arguments (§3)."""
+
+
+class PayloadError(DebounceError, TypeError):
+    """An argument cannot be stored as a job payload by the codec (§5)."""
+
+
+class EnqueueContentionError(DebounceError):
+    """The enqueue kept losing races or lock waits and gave up; nothing was written (§4.4)."""
+
+
+class UnknownTaskError(DebounceError, LookupError):
+    """No task is registered under that name in this process."""

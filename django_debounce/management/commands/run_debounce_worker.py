@@ -1,0 +1,76 @@
+"""``manage.py run_debounce_worker``: parse flags, hand them to :class:`~django_debounce.worker.Worker`."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+from django_debounce.worker import Worker
+
+
+def positive_int(value: str) -> int:
+    """Parse an integer >= 1."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} must be at least 1")
+    return number
+
+
+def positive_float(value: str) -> float:
+    """Parse a number of seconds > 0."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+    if not number > 0:
+        raise argparse.ArgumentTypeError(f"{value!r} must be greater than 0")
+    return number
+
+
+class Command(BaseCommand):
+    help = "Run due django_debounce jobs (SIGTERM/SIGINT: finish running jobs, then exit)."
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--queue",
+            action="append",
+            dest="queues",
+            default=None,
+            help="Serve this queue (repeatable). Default: every queue.",
+        )
+        parser.add_argument(
+            "--concurrency", type=positive_int, default=1, help="Threads running jobs (default 1)."
+        )
+        parser.add_argument(
+            "--burst",
+            action="store_true",
+            help="Run every job due and runnable now, then exit 0.",
+        )
+        parser.add_argument(
+            "--max-jobs", type=positive_int, default=None, help="Exit after this many jobs."
+        )
+        parser.add_argument(
+            "--poll-interval",
+            type=positive_float,
+            default=None,
+            help="Seconds between polls when idle (default DEBOUNCE_POLL_INTERVAL, 1.0).",
+        )
+        parser.add_argument("--worker-id", default=None, help="Identity recorded on claimed jobs.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        queues = options["queues"]
+        if isinstance(queues, str):  # call_command("run_debounce_worker", queues="mail")
+            queues = [queues]
+        Worker(
+            queues=queues,
+            concurrency=options["concurrency"],
+            burst=options["burst"],
+            max_jobs=options["max_jobs"],
+            poll_interval=options["poll_interval"],
+            worker_id=options["worker_id"],
+        ).run()

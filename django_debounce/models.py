@@ -1,0 +1,217 @@
+"""Job and DeadLetter rows (contract §10).
+
+The invariant "one open window per (task, key)" (§4.4) is kept by the database
+itself: ``Job.window_key`` is a nullable unique column holding the hash of
+(task name, debounce key) while the job is an open window and ``NULL`` from
+its first claim on. NULLs never collide in a unique index on PostgreSQL,
+SQLite or MariaDB, so the same constraint works on all three (a partial
+unique index would not exist on MariaDB). ``Job.unique_lock`` does the same
+for coalescing keys while a job is READY or RUNNING (§6).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import models, transaction
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+
+class JobQuerySet(models.QuerySet["Job"]):
+    """Named states of jobs (QuerySet methods name states, model methods transitions)."""
+
+    def ready(self) -> JobQuerySet:
+        """Return jobs waiting to be claimed."""
+        return self.filter(status=Job.Status.READY)
+
+    def due(self, now: Any = None) -> JobQuerySet:
+        """Return READY jobs whose ``run_at`` has come (``run_at <= now``, §11)."""
+        return self.ready().filter(run_at__lte=now or timezone.now())
+
+    def open_windows(self) -> JobQuerySet:
+        """Return jobs whose debounce window is open (§4.1)."""
+        return self.filter(status=Job.Status.READY, window_key__isnull=False)
+
+    def running(self) -> JobQuerySet:
+        """Return claimed jobs."""
+        return self.filter(status=Job.Status.RUNNING)
+
+    def finished(self) -> JobQuerySet:
+        """Return jobs that will not run again on their own."""
+        return self.exclude(status__in=[Job.Status.READY, Job.Status.RUNNING])
+
+
+class Job(models.Model):
+    """One row that will run a task once (with retries)."""
+
+    class Status(models.TextChoices):
+        """Stored status values; frozen (§10)."""
+
+        READY = "READY", _("Ready")
+        RUNNING = "RUNNING", _("Running")
+        SUCCESSFUL = "SUCCESSFUL", _("Successful")
+        FAILED = "FAILED", _("Failed")
+        CANCELLED = "CANCELLED", _("Cancelled")
+        EXPIRED = "EXPIRED", _("Expired")
+        SHED = "SHED", _("Shed")
+
+    id = models.BigAutoField(primary_key=True)
+    task_name = models.CharField(max_length=255)
+    """Registered name of the task (``"<module>.<qualname>"`` unless ``name=`` was given)."""
+    queue = models.CharField(max_length=100, default="default")
+    priority = models.SmallIntegerField(default=0)
+    """-100..100, higher runs first (Django's tasks convention)."""
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.READY)
+    args = models.JSONField(default=list, blank=True)
+    """The codec's JSON form of the positional arguments (§5, §11)."""
+    kwargs = models.JSONField(default=dict, blank=True)
+    """The codec's JSON form of the keyword arguments (§5, §11)."""
+    run_at = models.DateTimeField()
+    """When the job becomes due; a debounced job's deadline slides until its ceiling."""
+    opened_at = models.DateTimeField(null=True, blank=True)
+    """When the window opened (debounced jobs only)."""
+    max_run_at = models.DateTimeField(null=True, blank=True)
+    """The window's ceiling, ``opened_at + max_wait``, fixed when it opened (§4.2)."""
+    debounce_key = models.TextField(null=True, blank=True)
+    """Resolved debounce key text, without the task name (§11)."""
+    window_key = models.CharField(max_length=64, null=True, blank=True, unique=True, editable=False)
+    """Hash of (task name, debounce key) while the window is open; NULL after the first claim."""
+    key_hash = models.CharField(max_length=64, null=True, blank=True, editable=False)
+    """Hash of (task name, debounce key), kept for life: runs of one key never overlap (§4.5)."""
+    unique_key = models.TextField(null=True, blank=True)
+    """Resolved coalescing key text (§6)."""
+    unique_lock = models.CharField(
+        max_length=64, null=True, blank=True, unique=True, editable=False
+    )
+    """Hash of (task name, unique key) while the job is READY or RUNNING."""
+    enqueue_count = models.PositiveIntegerField(default=1)
+    """Calls collapsed into this job (1 for the call that created it)."""
+    last_enqueued_at = models.DateTimeField()
+    attempts = models.PositiveIntegerField(default=0)
+    """Runs started, including a run whose worker died (§11)."""
+    max_retries = models.PositiveIntegerField(default=3)
+    """Retries after the first attempt: up to ``max_retries + 1`` runs in all."""
+    result = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+    """``"dotted.ExceptionClass: message"`` of the last failure."""
+    traceback = models.TextField(blank=True, default="")
+    metadata = models.JSONField(default=dict, blank=True)
+    notes = models.TextField(blank=True, default="")
+    expires_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    worker_id = models.CharField(max_length=255, blank=True, default="")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    """While RUNNING: the claim's lease; a worker renews it, another reclaims after it (§7)."""
+
+    objects = JobQuerySet.as_manager()
+
+    #: Set on the job an enqueue returns: ``"created"``, ``"debounced"`` or ``"coalesced"`` (§2).
+    outcome: str = ""
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [
+            # The claim: WHERE status='READY' AND run_at <= now ORDER BY priority DESC, run_at.
+            # Finished rows have other statuses, so the scan touches only READY rows.
+            models.Index(fields=["status", "run_at"], name="debounce_job_status_run_at"),
+            # Reclaim: WHERE status='RUNNING' AND lease_expires_at < now.
+            models.Index(fields=["status", "lease_expires_at"], name="debounce_job_status_lease"),
+            # Non-overlap per key (§4.5): other jobs of the same key in flight or due earlier.
+            models.Index(fields=["key_hash", "status"], name="debounce_job_key_status"),
+            models.Index(fields=["task_name", "status"], name="debounce_job_task_status"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_name} #{self.pk} ({self.status})"
+
+    @property
+    def is_open_window(self) -> bool:
+        """True while the job's debounce window is open: READY and never claimed (§4.1)."""
+        return self.status == self.Status.READY and self.window_key is not None
+
+    @property
+    def run_reason(self) -> str:
+        """Why the job became due when it did: ``"max_wait"``, ``"quiet"`` or ``"not_debounced"``."""
+        if self.opened_at is None:
+            return "not_debounced"
+        if self.max_run_at is not None and self.run_at >= self.max_run_at:
+            return "max_wait"
+        return "quiet"
+
+
+class DeadLetter(models.Model):
+    """The record of a job that will not run again on its own (§8)."""
+
+    id = models.BigAutoField(primary_key=True)
+    job = models.ForeignKey(
+        Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="dead_letters"
+    )
+    """The original job, kept (NULL only if it was deleted later)."""
+    task_name = models.CharField(max_length=255)
+    queue = models.CharField(max_length=100, default="default")
+    args = models.JSONField(default=list, blank=True)
+    kwargs = models.JSONField(default=dict, blank=True)
+    reason = models.TextField()
+    """Why: ``failed: …``, or a reserved prefix ``shed:``, ``codel:``, ``unknown_task:``."""
+    metadata = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True, default="")
+    traceback = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+    retried_at = models.DateTimeField(null=True, blank=True)
+    retry_job = models.ForeignKey(
+        Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["created_at"], name="debounce_dl_created_at")]
+        permissions = [("retry_deadletter", "Can retry dead letters")]
+
+    def __str__(self) -> str:
+        return f"{self.task_name} dead letter #{self.pk}"
+
+    def retry(self, force: bool = False) -> Job | None:
+        """Enqueue this entry's task and arguments again through the normal path (§8).
+
+        The call is made at retry time with the original's task, args, kwargs,
+        queue, priority and metadata (no eta, no expiry), so a debounced task
+        joins the key's open window if there is one.
+
+        Args:
+            force: retry even if the entry was already retried.
+
+        Returns:
+            The job the retry went to (new, or the open window it joined), or
+            ``None`` when the entry was already retried and ``force`` is False.
+            Two callers racing on one entry retry it once: the row is locked.
+
+        Raises:
+            The enqueue's own errors (e.g. ``ConfigurationError``) if the task's
+            declaration changed so that the stored call is no longer valid.
+        """
+        from .core import enqueue  # models <- core: imported at call time
+
+        with transaction.atomic(using=self._state.db):
+            entry = DeadLetter.objects.select_for_update().get(pk=self.pk)
+            if entry.retried_at is not None and not force:
+                return None
+            original = entry.job
+            from .codec import decode_call
+
+            args, kwargs = decode_call(entry.args, entry.kwargs)
+            job = enqueue(
+                entry.task_name,
+                args=args,
+                kwargs=kwargs,
+                queue=entry.queue,
+                priority=original.priority if original else 0,
+                metadata=original.metadata if original else {},
+            )
+            entry.retried_at = timezone.now()
+            entry.retry_job = job
+            entry.save(update_fields=["retried_at", "retry_job"])
+        self.retried_at, self.retry_job = entry.retried_at, job
+        return job

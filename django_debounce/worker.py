@@ -1,0 +1,680 @@
+"""The worker: claim due jobs, run them, record the outcome (contract §7, §11).
+
+:class:`Worker` takes keyword-only options and has no argparse; the
+``run_debounce_worker`` command only maps its flags onto it.
+
+How a claim works. One short transaction selects up to as many due jobs as
+there are free threads with ``SELECT … FOR UPDATE SKIP LOCKED`` (plain ``FOR
+UPDATE`` where the database lacks SKIP LOCKED; SQLite serialises writers with
+its ``IMMEDIATE`` transactions), ordered by priority (higher first), then
+``run_at``, then id, and marks them RUNNING in one ``UPDATE``: that closes each
+job's window (``window_key = NULL``), sets the lease and counts the attempt.
+A job is left out while another job of its debounce key is RUNNING under a
+live lease or is due earlier, so runs of one key never overlap (§4.5). Tasks
+run outside any transaction; the outcome is written with one ``UPDATE``
+fenced on (worker id, attempt), so a worker whose lease lapsed and whose job
+was reclaimed cannot overwrite the newer run (§11).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue as queue_module
+import signal
+import socket
+import threading
+import time
+import traceback as traceback_module
+import uuid
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+from types import FrameType
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from django.db import (
+    DEFAULT_DB_ALIAS,
+    DatabaseError,
+    InterfaceError,
+    close_old_connections,
+    connections,
+    router,
+    transaction,
+)
+from django.db.models import Exists, F, OuterRef, Q
+from django.utils import timezone
+
+from . import codec, registry
+from .conf import settings
+from .exceptions import PayloadError, UnknownTaskError
+from .models import DeadLetter, Job
+from .retry import backoff_delay
+from .signals import job_dead_lettered, job_finished, job_started
+
+logger = logging.getLogger("django_debounce.worker")
+
+Status = Job.Status
+
+
+def format_error(exc: BaseException) -> str:
+    """Return ``"dotted.ExceptionClass: message"`` (builtins without module, §11)."""
+    cls = type(exc)
+    name = (
+        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    )
+    return f"{name}: {exc}"
+
+
+def claimable_jobs(now: datetime, queues: Sequence[str] | None = None) -> Any:
+    """Return the queryset of jobs a worker may claim at ``now``, in claim order.
+
+    Due (``run_at <= now``), READY, not expired, in ``queues`` (all when
+    ``None``), and not held back by another job of the same debounce key that
+    is RUNNING under a live lease or READY and due ahead of it (§4.5).
+    """
+    ahead = (
+        Job.objects.filter(key_hash=OuterRef("key_hash"))
+        .exclude(pk=OuterRef("pk"))
+        .filter(
+            Q(status=Status.RUNNING, lease_expires_at__gt=now)
+            | Q(status=Status.READY, run_at__lt=OuterRef("run_at"))
+            | Q(status=Status.READY, run_at=OuterRef("run_at"), pk__lt=OuterRef("pk"))
+        )
+    )
+    qs = Job.objects.filter(status=Status.READY, run_at__lte=now).filter(
+        Q(expires_at__isnull=True) | Q(expires_at__gt=now)
+    )
+    if queues:
+        qs = qs.filter(queue__in=list(queues))
+    qs = qs.filter(Q(key_hash__isnull=True) | ~Exists(ahead))
+    return qs.order_by("-priority", "run_at", "id")
+
+
+def claim_jobs(
+    *,
+    worker_id: str,
+    limit: int,
+    lease: timedelta,
+    queues: Sequence[str] | None = None,
+    using: str = DEFAULT_DB_ALIAS,
+) -> list[Job]:
+    """Claim up to ``limit`` due jobs for ``worker_id`` in one transaction.
+
+    Returns the claimed jobs as they are after the claim (RUNNING, attempts
+    counted, lease set), in claim order.
+    """
+    if limit <= 0:
+        return []
+    features = connections[using].features
+    with transaction.atomic(using=using):
+        now = timezone.now()
+        qs = claimable_jobs(now, queues).using(using)
+        if features.has_select_for_update_skip_locked:
+            qs = qs.select_for_update(skip_locked=True)
+        elif features.has_select_for_update:
+            qs = qs.select_for_update()
+        jobs = list(qs[:limit])
+        if not jobs:
+            return []
+        ids = [job.pk for job in jobs]
+        lease_until = now + lease
+        updated = (
+            Job.objects.using(using)
+            .filter(pk__in=ids, status=Status.READY)
+            .update(
+                status=Status.RUNNING,
+                window_key=None,
+                worker_id=worker_id,
+                started_at=now,
+                lease_expires_at=lease_until,
+                attempts=F("attempts") + 1,
+            )
+        )
+        if updated != len(jobs):  # a database without row locks let another worker win some
+            mine = set(
+                Job.objects.using(using)
+                .filter(pk__in=ids, status=Status.RUNNING, worker_id=worker_id, started_at=now)
+                .values_list("pk", flat=True)
+            )
+            jobs = [job for job in jobs if job.pk in mine]
+    for job in jobs:
+        job.status = Status.RUNNING
+        job.window_key = None
+        job.worker_id = worker_id
+        job.started_at = now
+        job.lease_expires_at = lease_until
+        job.attempts += 1
+    return jobs
+
+
+def _dead_letter(
+    job: Job, *, reason: str, error: str, tb: str, metadata: dict[str, Any]
+) -> DeadLetter:
+    return DeadLetter(
+        job=job,
+        task_name=job.task_name,
+        queue=job.queue,
+        args=job.args,
+        kwargs=job.kwargs,
+        reason=reason,
+        metadata=metadata,
+        error=error,
+        traceback=tb,
+        created_at=timezone.now(),
+    )
+
+
+def reclaim_expired_leases(*, using: str = DEFAULT_DB_ALIAS, limit: int = 500) -> tuple[int, int]:
+    """Put back RUNNING jobs whose lease lapsed (their worker died, §7).
+
+    A job that still has retries left goes back to READY, keeping its
+    ``run_at`` (its place in line); one whose ``attempts`` already used every
+    retry is FAILED with a dead letter (a job that kills its workers, §11).
+
+    Returns:
+        ``(requeued, dead_lettered)`` counts.
+    """
+    features = connections[using].features
+    letters: list[DeadLetter] = []
+    with transaction.atomic(using=using):
+        now = timezone.now()
+        qs = Job.objects.using(using).filter(status=Status.RUNNING, lease_expires_at__lt=now)
+        if features.has_select_for_update_skip_locked:
+            qs = qs.select_for_update(skip_locked=True)
+        stale = list(qs.order_by("lease_expires_at")[:limit])
+        if not stale:
+            return 0, 0
+        requeue = [job.pk for job in stale if job.attempts <= job.max_retries]
+        exhausted = [job for job in stale if job.attempts > job.max_retries]
+        if requeue:
+            Job.objects.using(using).filter(pk__in=requeue, status=Status.RUNNING).update(
+                status=Status.READY, worker_id="", lease_expires_at=None
+            )
+        if exhausted:
+            error = "django_debounce.worker.LeaseExpired: the worker running this job stopped renewing its lease"
+            Job.objects.using(using).filter(pk__in=[j.pk for j in exhausted]).update(
+                status=Status.FAILED,
+                finished_at=now,
+                lease_expires_at=None,
+                unique_lock=None,
+                error=error,
+            )
+            for job in exhausted:
+                letters.append(
+                    _dead_letter(
+                        job,
+                        reason=f"failed: lease expired after {job.attempts} attempt(s); {error}",
+                        error=error,
+                        tb="",
+                        metadata={"attempts": job.attempts, "worker_id": job.worker_id},
+                    )
+                )
+            DeadLetter.objects.using(using).bulk_create(letters)
+    for job in stale:
+        logger.warning(
+            "job %s (%s) lost its lease on worker %s; %s",
+            job.pk,
+            job.task_name,
+            job.worker_id,
+            "requeued" if job.pk in requeue else "dead-lettered",
+            extra={"action": "reclaim", "job_id": job.pk},
+        )
+    for letter in letters:
+        job_dead_lettered.send(sender=Job, job=letter.job, dead_letter=letter)
+    return len(requeue), len(letters)
+
+
+def expire_jobs(*, using: str = DEFAULT_DB_ALIAS) -> int:
+    """Mark READY jobs past ``expires_at`` EXPIRED (§6); return how many."""
+    now = timezone.now()
+    return (
+        Job.objects.using(using)
+        .filter(status=Status.READY, expires_at__lte=now)
+        .update(status=Status.EXPIRED, finished_at=now, window_key=None, unique_lock=None)
+    )
+
+
+class Worker:
+    """Run due jobs until stopped (or, with ``burst``, until none is due).
+
+    Args:
+        queues: queue names to serve; ``None`` or empty serves every queue.
+        concurrency: threads running jobs (≥ 1). Each holds at most one
+            database connection; the loop holds one more for claims and
+            lease renewal.
+        burst: run every job due and runnable now, then return (§11). Jobs
+            held back (a run of the same key in flight on another worker) are
+            not waited for. With ``concurrency=1`` the jobs run in the calling
+            thread.
+        max_jobs: stop after claiming this many jobs.
+        poll_interval: seconds between polls when idle (``DEBOUNCE_POLL_INTERVAL``).
+        lease: claim lease (``DEBOUNCE_LEASE``); renewed every third of it.
+        shutdown_grace: how long a stop waits for running jobs (``DEBOUNCE_SHUTDOWN_GRACE``).
+        worker_id: identity recorded on claimed jobs (default host:pid:random).
+        handle_signals: install SIGTERM/SIGINT handlers (main thread only).
+        using: database alias.
+    """
+
+    def __init__(
+        self,
+        *,
+        queues: Iterable[str] | None = None,
+        concurrency: int = 1,
+        burst: bool = False,
+        max_jobs: int | None = None,
+        poll_interval: float | None = None,
+        lease: timedelta | None = None,
+        shutdown_grace: timedelta | None = None,
+        worker_id: str | None = None,
+        handle_signals: bool = True,
+        using: str | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency={concurrency} must be at least 1")
+        if max_jobs is not None and max_jobs < 1:
+            raise ValueError(f"max_jobs={max_jobs} must be at least 1")
+        self.queues = sorted(set(queues or ()))
+        self.concurrency = concurrency
+        self.burst = burst
+        self.max_jobs = max_jobs
+        self.poll_interval = settings.poll_interval if poll_interval is None else poll_interval
+        self.lease = lease or settings.lease
+        self.shutdown_grace = (
+            shutdown_grace if shutdown_grace is not None else settings.shutdown_grace
+        )
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.handle_signals = handle_signals
+        self.using = using or router.db_for_write(Job) or DEFAULT_DB_ALIAS
+        self.processed = 0
+        self._claimed_total = 0
+        self._stopping = threading.Event()
+        self._signals_seen = 0
+        self._done: queue_module.Queue[int | None] = queue_module.Queue()
+        self._work: queue_module.Queue[Job | None] = queue_module.Queue()
+        self._in_flight: dict[int, Job] = {}
+        self._lock = threading.Lock()
+
+    # -- control -----------------------------------------------------------------
+    def stop(self) -> None:
+        """Stop claiming; running jobs finish within the grace period."""
+        self._stopping.set()
+        self._done.put(None)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._signals_seen += 1
+        if self._signals_seen > 1:
+            logger.warning("second signal %s: exiting now", signum, extra={"action": "abort"})
+            raise SystemExit(1)
+        logger.info(
+            "signal %s: finishing running jobs (grace %ss), claiming no more",
+            signum,
+            self.shutdown_grace.total_seconds(),
+            extra={"action": "shutdown"},
+        )
+        self.stop()
+
+    def run(self) -> int:
+        """Run until stopped, ``max_jobs`` reached or (burst) nothing is due; return jobs run."""
+        previous: dict[signal.Signals, Any] = {}
+        if self.handle_signals and threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                previous[signum] = signal.signal(signum, self._on_signal)
+        logger.info(
+            "worker %s starting: queues=%s concurrency=%s burst=%s",
+            self.worker_id,
+            self.queues or "all",
+            self.concurrency,
+            self.burst,
+            extra={"action": "start_worker"},
+        )
+        try:
+            if self.burst and self.concurrency == 1:
+                self._run_inline()
+            else:
+                self._run_threaded()
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            if not connections[self.using].in_atomic_block:
+                connections[self.using].close()
+        logger.info(
+            "worker %s stopped after %d job(s)",
+            self.worker_id,
+            self.processed,
+            extra={"action": "stop_worker"},
+        )
+        return self.processed
+
+    # -- modes -------------------------------------------------------------------
+    def _room(self) -> int:
+        """Return how many jobs to claim now: free threads, capped by ``max_jobs``."""
+        free = self.concurrency - len(self._in_flight)
+        if self.max_jobs is None:
+            return free
+        return max(0, min(free, self.max_jobs - self._claimed_total))
+
+    def _maintain(self) -> None:
+        reclaim_expired_leases(using=self.using)
+        expire_jobs(using=self.using)
+
+    def _claim(self, limit: int) -> list[Job]:
+        return claim_jobs(
+            worker_id=self.worker_id,
+            limit=limit,
+            lease=self.lease,
+            queues=self.queues,
+            using=self.using,
+        )
+
+    def _run_inline(self) -> None:
+        self._maintain()
+        while not self._stopping.is_set() and self._room() > 0:
+            jobs = self._claim(1)
+            if not jobs:
+                return
+            job = jobs[0]
+            self._claimed_total += 1
+            with self._lock:
+                self._in_flight[job.pk] = job
+            keeper = threading.Thread(target=self._keep_lease_inline, args=(job,), daemon=True)
+            keeper.start()
+            try:
+                self._process(job)
+            finally:
+                with self._lock:
+                    self._in_flight.pop(job.pk, None)
+                self._done.put(job.pk)
+                keeper.join()
+
+    def _keep_lease_inline(self, job: Job) -> None:
+        """Renew the lease of a job running inline, only if it runs past a third of the lease."""
+        interval = self.lease.total_seconds() / 3
+        try:
+            while True:
+                try:
+                    self._done.get(timeout=interval)
+                    return
+                except queue_module.Empty:
+                    self._renew()
+        finally:
+            connections.close_all()
+
+    def _run_threaded(self) -> None:
+        threads = [
+            threading.Thread(target=self._thread_main, name=f"debounce-job-{i}", daemon=True)
+            for i in range(self.concurrency)
+        ]
+        for thread in threads:
+            thread.start()
+        renew_every = self.lease.total_seconds() / 3
+        next_renew = time.monotonic() + renew_every
+        failures = 0
+        try:
+            while not self._stopping.is_set():
+                claimed: list[Job] = []
+                room = self._room()
+                try:
+                    close_old_connections()
+                    self._maintain()
+                    if self._in_flight and time.monotonic() >= next_renew:
+                        self._renew()
+                        next_renew = time.monotonic() + renew_every
+                    if room and not self._stopping.is_set():
+                        claimed = self._claim(room)
+                    failures = 0
+                except (DatabaseError, InterfaceError) as exc:
+                    failures += 1
+                    delay = min(30.0, 0.5 * 2 ** min(failures, 6))
+                    logger.error(
+                        "database error in the worker loop (%s); reconnecting in %.1fs",
+                        exc,
+                        delay,
+                        extra={"action": "db_error"},
+                    )
+                    connections[self.using].close()
+                    self._wait(delay)
+                    continue
+                self._claimed_total += len(claimed)
+                for job in claimed:
+                    with self._lock:
+                        self._in_flight[job.pk] = job
+                    self._work.put(job)
+                if not claimed and not self._in_flight and (self.burst or self._room() == 0):
+                    return
+                full = bool(claimed) and len(claimed) == room
+                self._wait(
+                    renew_every if (full or self.burst) else min(self.poll_interval, renew_every)
+                )
+        finally:
+            self._drain(threads)
+
+    def _wait(self, timeout: float) -> None:
+        """Sleep up to ``timeout`` seconds, waking early when a job finishes or on stop."""
+        try:
+            self._done.get(timeout=timeout)
+        except queue_module.Empty:
+            return
+        while True:  # drain extra wake-ups
+            try:
+                self._done.get_nowait()
+            except queue_module.Empty:
+                return
+
+    def _drain(self, threads: list[threading.Thread]) -> None:
+        deadline = time.monotonic() + self.shutdown_grace.total_seconds()
+        next_renew = time.monotonic() + self.lease.total_seconds() / 3
+        while self._in_flight and time.monotonic() < deadline:
+            try:
+                self._done.get(timeout=0.1)
+            except queue_module.Empty:
+                pass
+            if self._in_flight and time.monotonic() >= next_renew:
+                try:
+                    self._renew()
+                except (DatabaseError, InterfaceError):
+                    logger.exception("lease renewal failed during shutdown")
+                next_renew = time.monotonic() + self.lease.total_seconds() / 3
+        if self._in_flight:
+            logger.warning(
+                "grace period over with %d job(s) still running; their leases will lapse and "
+                "another worker will run them again",
+                len(self._in_flight),
+                extra={"action": "shutdown_timeout"},
+            )
+        for _ in threads:
+            self._work.put(None)
+        for thread in threads:
+            thread.join(timeout=0.5)
+
+    def _renew(self) -> None:
+        with self._lock:
+            ids = list(self._in_flight)
+        if ids:
+            Job.objects.using(self.using).filter(
+                pk__in=ids, status=Status.RUNNING, worker_id=self.worker_id
+            ).update(lease_expires_at=timezone.now() + self.lease)
+
+    def _thread_main(self) -> None:
+        try:
+            while True:
+                job = self._work.get()
+                if job is None:
+                    return
+                try:
+                    close_old_connections()
+                    self._process(job)
+                except Exception:
+                    logger.exception("worker thread failed while handling job %s", job.pk)
+                finally:
+                    close_old_connections()
+                    with self._lock:
+                        self._in_flight.pop(job.pk, None)
+                    self._done.put(job.pk)
+        finally:
+            connections.close_all()
+
+    # -- one job -------------------------------------------------------------------
+    def _process(self, job: Job) -> None:
+        with self._lock:
+            self.processed += 1
+        task = registry.lookup(job.task_name)
+        if task is None:
+            self._bury_unknown(job)
+            return
+        logger.info(
+            "running job %s (%s), attempt %d",
+            job.pk,
+            job.task_name,
+            job.attempts,
+            extra={"action": "start_job", "job_id": job.pk},
+        )
+        job_started.send(sender=Job, job=job)
+        try:
+            args, kwargs = codec.decode_call(job.args, job.kwargs)
+            if task.is_async:
+                result = async_to_sync(task.func)(*args, **kwargs)
+            else:
+                result = task.func(*args, **kwargs)
+        except Exception as exc:
+            logger.exception(
+                "job %s (%s) raised",
+                job.pk,
+                job.task_name,
+                extra={"action": "job_error", "job_id": job.pk},
+            )
+            self._retry_or_bury(job, task.options.min_backoff, task.options.max_backoff, exc)
+        else:
+            self._succeed(job, result)
+
+    def _fenced(self, job: Job) -> Any:
+        return Job.objects.using(self.using).filter(
+            pk=job.pk, status=Status.RUNNING, worker_id=self.worker_id, attempts=job.attempts
+        )
+
+    def _persist(self, write: Any) -> Any:
+        """Run a DB write, retrying through a lost connection for up to one lease."""
+        deadline = time.monotonic() + self.lease.total_seconds()
+        delay = 0.2
+        while True:
+            try:
+                return write()
+            except (DatabaseError, InterfaceError) as exc:
+                if time.monotonic() + delay > deadline or connections[self.using].in_atomic_block:
+                    raise
+                logger.warning("database error recording a job outcome (%s); retrying", exc)
+                connections[self.using].close()
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    def _late(self, job: Job) -> None:
+        logger.warning(
+            "job %s (%s): lease lapsed and the job was reclaimed; this run's outcome is discarded",
+            job.pk,
+            job.task_name,
+            extra={"action": "late_result", "job_id": job.pk},
+        )
+
+    def _succeed(self, job: Job, result: Any) -> None:
+        try:
+            stored = codec.encode(result, path="result")
+        except PayloadError:
+            stored = repr(result)
+        now = timezone.now()
+        updated = self._persist(
+            lambda: self._fenced(job).update(
+                status=Status.SUCCESSFUL,
+                result=stored,
+                finished_at=now,
+                lease_expires_at=None,
+                unique_lock=None,
+            )
+        )
+        if not updated:
+            self._late(job)
+            return
+        job.status, job.result, job.finished_at = Status.SUCCESSFUL, stored, now
+        job.lease_expires_at = job.unique_lock = None
+        job_finished.send(sender=Job, job=job, status=job.status)
+
+    def _retry_or_bury(
+        self, job: Job, min_backoff: timedelta | None, max_backoff: timedelta | None, exc: Exception
+    ) -> None:
+        error = format_error(exc)
+        tb = "".join(traceback_module.format_exception(exc))
+        now = timezone.now()
+        if job.attempts <= job.max_retries:
+            delay = backoff_delay(
+                job.attempts,
+                min_backoff or settings.min_backoff,
+                max_backoff or settings.max_backoff,
+                jitter=settings.backoff_jitter,
+            )
+            run_at = now + delay
+            updated = self._persist(
+                lambda: self._fenced(job).update(
+                    status=Status.READY,
+                    run_at=run_at,
+                    worker_id="",
+                    lease_expires_at=None,
+                    error=error,
+                    traceback=tb,
+                )
+            )
+            if not updated:
+                self._late(job)
+                return
+            job.status, job.run_at, job.error, job.traceback = Status.READY, run_at, error, tb
+            job_finished.send(sender=Job, job=job, status=job.status)
+            return
+        letter = self._persist(
+            lambda: self._bury(
+                job,
+                reason=f"failed: {job.attempts} attempt(s); {error}"[:2000],
+                error=error,
+                tb=tb,
+                metadata={"attempts": job.attempts},
+            )
+        )
+        if letter is None:
+            self._late(job)
+
+    def _bury(
+        self, job: Job, *, reason: str, error: str, tb: str, metadata: dict[str, Any]
+    ) -> DeadLetter | None:
+        """Fail ``job`` for good and write its dead letter, in one transaction (§8)."""
+        with transaction.atomic(using=self.using):
+            now = timezone.now()
+            updated = self._fenced(job).update(
+                status=Status.FAILED,
+                finished_at=now,
+                lease_expires_at=None,
+                unique_lock=None,
+                error=error,
+                traceback=tb,
+            )
+            if not updated:
+                return None
+            letter = _dead_letter(job, reason=reason, error=error, tb=tb, metadata=metadata)
+            letter.save(using=self.using)
+        job.status, job.finished_at, job.error, job.traceback = Status.FAILED, now, error, tb
+        job.lease_expires_at = job.unique_lock = None
+        job_finished.send(sender=Job, job=job, status=job.status)
+        job_dead_lettered.send(sender=Job, job=job, dead_letter=letter)
+        return letter
+
+    def _bury_unknown(self, job: Job) -> None:
+        exc = UnknownTaskError(
+            f"no task named {job.task_name!r} is registered in this worker; the worker never "
+            "imports a path taken from the database"
+        )
+        logger.error("%s (job %s)", exc, job.pk, extra={"action": "unknown_task", "job_id": job.pk})
+        self._persist(
+            lambda: self._bury(
+                job,
+                reason=f"unknown_task: {job.task_name}",
+                error=format_error(exc),
+                tb="",
+                metadata={"attempts": job.attempts},
+            )
+        )

@@ -1,0 +1,69 @@
+"""Shared fixtures.
+
+Service-backed tests: a test marked ``postgres`` runs only when the default
+database is PostgreSQL (``DATABASE_URL=postgres://…``). Locally it is skipped;
+with ``DEBOUNCE_REQUIRE_SERVICES=1`` (set by ``.ci/run``) every skip of such a
+test is a failure, so a green CI means the real database was exercised. CI
+deselects ``-m "not postgres"`` in its SQLite cells instead of skipping.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import time_machine
+from django.core.management import call_command
+from django.db import connection
+
+REQUIRE_SERVICES = os.environ.get("DEBOUNCE_REQUIRE_SERVICES") == "1"
+
+#: The fixed instant T of the field reports.
+T = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
+
+
+def require_service(available: bool, reason: str) -> None:
+    """Skip the calling test when a service is missing, or fail under DEBOUNCE_REQUIRE_SERVICES=1."""
+    if available:
+        return
+    if REQUIRE_SERVICES:
+        pytest.fail(f"required service missing (DEBOUNCE_REQUIRE_SERVICES=1): {reason}")
+    pytest.skip(reason)
+
+
+def is_postgres() -> bool:
+    return connection.vendor == "postgresql"
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("postgres"):
+        require_service(is_postgres(), "needs PostgreSQL: set DATABASE_URL=postgres://…")
+
+
+@pytest.fixture
+def clock() -> Iterator[Callable[..., dt.datetime]]:
+    """Freeze the package's clock at T; call ``clock(seconds=…)``/``clock(at=…)`` to move it.
+
+    Returns the new instant. Time never ticks on its own (time-machine, §4.7).
+    """
+    with time_machine.travel(T, tick=False) as traveller:
+
+        def move(*, at: dt.datetime | None = None, **delta: float) -> dt.datetime:
+            target = at if at is not None else T + dt.timedelta(**delta)
+            traveller.move_to(target)
+            return target
+
+        yield move
+
+
+def run_burst(**options: Any) -> None:
+    """``run@now``: run every job due now through the real worker command."""
+    call_command("run_debounce_worker", burst=True, **options)
+
+
+@pytest.fixture
+def burst() -> Callable[..., None]:
+    return run_burst

@@ -1,0 +1,72 @@
+"""Test settings: a SQLite file by default, PostgreSQL when DATABASE_URL is set."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent
+SECRET_KEY = "tests-only-not-secret"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+ALLOWED_HOSTS = ["*"]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django_debounce",
+    "tests.testapp",
+]
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+ROOT_URLCONF = "tests.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+_url = os.environ.get("DATABASE_URL")
+if _url:
+    DATABASES = {"default": dj_database_url.parse(_url, conn_max_age=0)}
+else:
+    _name = os.environ.get(
+        "DEBOUNCE_TEST_SQLITE", str(BASE_DIR.parent / ".artifacts" / "tests.sqlite3")
+    )
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": _name,
+            "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20},
+            "TEST": {"NAME": _name.replace(".sqlite3", "-test.sqlite3")},
+        }
+    }
+
+DEBOUNCE_LEASE = "60s"
+DEBOUNCE_MIN_BACKOFF = "5s"
+DEBOUNCE_MAX_BACKOFF = "5m"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"null": {"class": "logging.NullHandler"}},
+    "loggers": {"django_debounce": {"handlers": ["null"], "level": "INFO", "propagate": True}},
+}
