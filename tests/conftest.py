@@ -67,3 +67,29 @@ def run_burst(**options: Any) -> None:
 @pytest.fixture
 def burst() -> Callable[..., None]:
     return run_burst
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """Environment for a subprocess (worker or producer) that must use this test's database.
+
+    Call it inside a test: the database NAME is then the test database's.
+    """
+    from pathlib import Path
+
+    from django.conf import settings
+
+    env = dict(os.environ)
+    db = settings.DATABASES["default"]
+    repo = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = repo + os.pathsep + env.get("PYTHONPATH", "")
+    env["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    if connection.vendor == "postgresql":
+        host = db.get("HOST") or "127.0.0.1"
+        port = db.get("PORT") or 5432
+        user = db.get("USER") or "postgres"
+        env["DATABASE_URL"] = f"postgres://{user}@{host}:{port}/{connection.settings_dict['NAME']}"
+    else:
+        env.pop("DATABASE_URL", None)
+        env["DEBOUNCE_TEST_SQLITE"] = str(connection.settings_dict["NAME"])
+    env.update(extra)
+    return env

@@ -47,6 +47,8 @@ TEMPLATES = [
 _url = os.environ.get("DATABASE_URL")
 if _url:
     DATABASES = {"default": dj_database_url.parse(_url, conn_max_age=0)}
+    # Parallel test runs on one server each need their own test database.
+    DATABASES["default"]["TEST"] = {"NAME": os.environ.get("DEBOUNCE_TEST_DB_NAME")}
 else:
     _name = os.environ.get(
         "DEBOUNCE_TEST_SQLITE", str(BASE_DIR.parent / ".artifacts" / "tests.sqlite3")
