@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, OperationalError, router, transaction
 from django.utils import timezone
 
-from . import codec, keys, registry
+from . import codec, keys, registry, upsert
 from .conf import settings
 from .durations import parse_duration
 from .exceptions import ConfigurationError, EnqueueContentionError
@@ -322,9 +322,16 @@ def write(plan: Plan, now: datetime, using: str | None = None) -> Job:
     db = using or router.db_for_write(Job) or DEFAULT_DB_ALIAS
     budget = max(1, settings.enqueue_retries)
     last: Exception | None = None
+    fast = plan.window_key is not None and plan.merge is None and upsert.supported(db)
+    single = fast or (plan.window_key is None and plan.unique_lock is None)
     for attempt in range(budget):
         try:
-            with transaction.atomic(using=db):
+            if single and not transaction.get_connection(db).in_atomic_block:
+                # One statement is atomic on its own: no BEGIN/COMMIT round trips.
+                return upsert.slide_or_insert(plan, now, db) if fast else _write_once(plan, now, db)
+            with transaction.atomic(using=db):  # a savepoint inside the caller's transaction
+                if fast:
+                    return upsert.slide_or_insert(plan, now, db)
                 return _write_once(plan, now, db)
         except (IntegrityError, OperationalError) as exc:
             last = exc

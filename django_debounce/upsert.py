@@ -1,0 +1,141 @@
+"""One-statement slide-or-insert for PostgreSQL and SQLite (contract §4.2–§4.4).
+
+``INSERT … ON CONFLICT (window_key) DO UPDATE`` does the find, the guard and
+the write of §4 in a single atomic statement: a racing second insert of the
+same open window turns into the slide, and a window a worker is claiming at
+that moment (the claim sets ``window_key`` to NULL) no longer conflicts once
+the claim commits, so the statement inserts a fresh window behind it (§4.5).
+One round trip instead of four, which is what keeps enqueue close to a raw
+driver's speed. Payload merges (§4.8), coalescing and other databases use the
+ORM path in :mod:`django_debounce.core`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+from django.db import connections
+from django.db.models import Field
+
+from .models import Job
+
+if TYPE_CHECKING:
+    from .core import Plan
+
+#: Vendors whose SQL has ``ON CONFLICT … DO UPDATE … RETURNING``.
+VENDORS = frozenset({"postgresql", "sqlite"})
+_LEAST = {"postgresql": "LEAST", "sqlite": "MIN"}
+
+
+def supported(using: str) -> bool:
+    """Return True when the database alias can run the one-statement upsert."""
+    return connections[using].vendor in VENDORS
+
+
+def _fields() -> list[Field[Any, Any]]:
+    return list(Job._meta.concrete_fields)
+
+
+def _field(attname: str) -> Field[Any, Any]:
+    return Job._meta.get_field(attname)  # type: ignore[return-value]
+
+
+#: Columns whose value is the same in every new window: written as SQL literals, not
+#: parameters (fewer parameters to adapt and send on every enqueue).
+_CONSTANTS = {
+    "status": "'READY'",
+    "unique_key": "NULL",
+    "unique_lock": "NULL",
+    "enqueue_count": "1",
+    "attempts": "0",
+    "result": "NULL",
+    "error": "''",
+    "traceback": "''",
+    "started_at": "NULL",
+    "finished_at": "NULL",
+    "worker_id": "''",
+    "lease_expires_at": "NULL",
+}
+
+
+@cache
+def _sql(vendor: str, replace_payload: bool) -> tuple[str, tuple[str, ...]]:
+    """Return the upsert statement and the attnames of its parameters, in order."""
+    table = Job._meta.db_table
+    fields = _fields()
+    columns, values, params = [], [], []
+    for f in fields:
+        if f.primary_key:
+            continue
+        columns.append(f'"{f.column}"')
+        if f.attname in _CONSTANTS:
+            values.append(_CONSTANTS[f.attname])
+        else:
+            values.append("%s")
+            params.append(f.attname)
+    sets = [
+        f'"run_at" = {_LEAST[vendor]}(EXCLUDED."run_at", "{table}"."max_run_at")',
+        f'"enqueue_count" = "{table}"."enqueue_count" + 1',
+        '"last_enqueued_at" = EXCLUDED."last_enqueued_at"',
+    ]
+    if replace_payload:
+        sets += ['"args" = EXCLUDED."args"', '"kwargs" = EXCLUDED."kwargs"']
+    returning = ", ".join(f'"{f.column}"' for f in fields)
+    sql = (
+        f'INSERT INTO "{table}" ({", ".join(columns)}) VALUES ({", ".join(values)}) '
+        f'ON CONFLICT ("window_key") DO UPDATE SET {", ".join(sets)} '
+        f"RETURNING {returning}"
+    )
+    return sql, tuple(params)
+
+
+def slide_or_insert(plan: Plan, now: datetime, using: str) -> Job:
+    """Run the upsert for a debounced ``plan`` and return the job as it is after it.
+
+    ``outcome`` is ``"created"`` when the statement inserted (``enqueue_count``
+    is 1) and ``"debounced"`` when it slid an open window.
+    """
+    assert plan.window is not None and plan.max_wait is not None and plan.window_key is not None
+    connection = connections[using]
+    fields = _fields()
+    values = {
+        "task_name": plan.task_name,
+        "queue": plan.queue,
+        "priority": plan.priority,
+        "args": plan.args,
+        "kwargs": plan.kwargs,
+        "run_at": now + plan.window,
+        "opened_at": now,
+        "max_run_at": now + plan.max_wait,
+        "debounce_key": plan.debounce_key,
+        "window_key": plan.window_key,
+        "key_hash": plan.window_key,
+        "last_enqueued_at": now,
+        "max_retries": plan.max_retries,
+        "metadata": plan.metadata,
+        "notes": plan.notes,
+        "expires_at": plan.expires_at,
+        "created_at": now,
+    }
+    sql, names = _sql(connection.vendor, plan.replace_payload)
+    params = [_field(name).get_db_prep_save(values[name], connection) for name in names]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    job = _from_row(using, fields, row)
+    job.outcome = "created" if job.enqueue_count == 1 else "debounced"
+    return job
+
+
+def _from_row(using: str, fields: list[Field[Any, Any]], row: Any) -> Job:
+    connection = connections[using]
+    table = Job._meta.db_table
+    converted = []
+    for field, value in zip(fields, row, strict=True):
+        col = field.get_col(table)
+        for converter in connection.ops.get_db_converters(col) + field.get_db_converters(connection):
+            value = converter(value, col, connection)
+        converted.append(value)
+    return Job.from_db(using, [f.attname for f in fields], converted)
