@@ -208,7 +208,8 @@ def plan_call(
             "call; set only one."
         )
 
-    queue = check_queue(options.get("queue") or (defaults.queue if defaults else "default"))
+    queue = options.get("queue")
+    queue = check_queue(queue if queue is not None else (defaults.queue if defaults else "default"))
     priority = options.get("priority")
     priority = check_priority(
         priority if priority is not None else (defaults.priority if defaults else 0)

@@ -114,14 +114,14 @@ class Job(models.Model):
     class Meta:
         ordering = ["-id"]
         indexes = [
-            # The claim: WHERE status='READY' AND run_at <= now ORDER BY priority DESC, run_at.
-            # Finished rows have other statuses, so the scan touches only READY rows.
-            models.Index(fields=["status", "run_at"], name="debounce_job_status_run_at"),
+            # The claim (worker.claimable_jobs): WHERE status='READY' AND run_at <= now
+            # ORDER BY priority DESC, run_at, id LIMIT n walks this index in order and
+            # stops after n rows; finished rows sit under other statuses and are never read.
+            models.Index(fields=["status", "-priority", "run_at", "id"], name="debounce_job_claim"),
             # Reclaim: WHERE status='RUNNING' AND lease_expires_at < now.
             models.Index(fields=["status", "lease_expires_at"], name="debounce_job_status_lease"),
             # Non-overlap per key (§4.5): other jobs of the same key in flight or due earlier.
             models.Index(fields=["key_hash", "status"], name="debounce_job_key_status"),
-            models.Index(fields=["task_name", "status"], name="debounce_job_task_status"),
         ]
 
     def __str__(self) -> str:

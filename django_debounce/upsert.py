@@ -135,7 +135,9 @@ def _from_row(using: str, fields: list[Field[Any, Any]], row: Any) -> Job:
     converted = []
     for field, value in zip(fields, row, strict=True):
         col = field.get_col(table)
-        for converter in connection.ops.get_db_converters(col) + field.get_db_converters(connection):
+        for converter in connection.ops.get_db_converters(col) + field.get_db_converters(
+            connection
+        ):
             value = converter(value, col, connection)
         converted.append(value)
     return Job.from_db(using, [f.attname for f in fields], converted)

@@ -69,8 +69,8 @@ def format_error(exc: BaseException) -> str:
 def claimable_jobs(now: datetime, queues: Sequence[str] | None = None) -> Any:
     """Return the queryset of jobs a worker may claim at ``now``, in claim order.
 
-    Due (``run_at <= now``), READY, not expired, in ``queues`` (all when
-    ``None``), and not held back by another job of the same debounce key that
+    Due (``run_at <= now``), READY, in ``queues`` (all when ``None``), and
+    not held back by another job of the same debounce key that
     is RUNNING under a live lease or READY and due ahead of it (§4.5).
     """
     ahead = (
@@ -82,9 +82,7 @@ def claimable_jobs(now: datetime, queues: Sequence[str] | None = None) -> Any:
             | Q(status=Status.READY, run_at=OuterRef("run_at"), pk__lt=OuterRef("pk"))
         )
     )
-    qs = Job.objects.filter(status=Status.READY, run_at__lte=now).filter(
-        Q(expires_at__isnull=True) | Q(expires_at__gt=now)
-    )
+    qs = Job.objects.filter(status=Status.READY, run_at__lte=now)
     if queues:
         qs = qs.filter(queue__in=list(queues))
     qs = qs.filter(Q(key_hash__isnull=True) | ~Exists(ahead))
@@ -114,9 +112,19 @@ def claim_jobs(
             qs = qs.select_for_update(skip_locked=True)
         elif features.has_select_for_update:
             qs = qs.select_for_update()
-        jobs = list(qs[:limit])
-        if not jobs:
-            return []
+        while True:
+            jobs = list(qs[:limit])
+            if not jobs:
+                return []
+            expired = [
+                job.pk for job in jobs if job.expires_at is not None and job.expires_at <= now
+            ]
+            if not expired:
+                break
+            _expire(expired, now, using)
+            jobs = [job for job in jobs if job.pk not in expired]
+            if jobs:
+                break
         ids = [job.pk for job in jobs]
         lease_until = now + lease
         updated = (
@@ -146,6 +154,19 @@ def claim_jobs(
         job.lease_expires_at = lease_until
         job.attempts += 1
     return jobs
+
+
+def _expire(ids: list[int], now: datetime, using: str) -> None:
+    """End jobs not started by their expiry as EXPIRED; they never run (§6, §11)."""
+    Job.objects.using(using).filter(pk__in=ids).update(
+        status=Status.EXPIRED, finished_at=now, window_key=None, unique_lock=None
+    )
+    logger.info(
+        "expired %d job(s) not started by their expiry: %s",
+        len(ids),
+        ids,
+        extra={"action": "expire"},
+    )
 
 
 def _dead_letter(
@@ -179,7 +200,9 @@ def reclaim_expired_leases(*, using: str = DEFAULT_DB_ALIAS, limit: int = 500) -
     letters: list[DeadLetter] = []
     with transaction.atomic(using=using):
         now = timezone.now()
-        qs = Job.objects.using(using).filter(status=Status.RUNNING, lease_expires_at__lt=now)
+        # A lease is live while lease_expires_at > now (as in claimable_jobs), so it has
+        # lapsed at lease_expires_at itself: reclaim then, before a later job of the key runs.
+        qs = Job.objects.using(using).filter(status=Status.RUNNING, lease_expires_at__lte=now)
         if features.has_select_for_update_skip_locked:
             qs = qs.select_for_update(skip_locked=True)
         stale = list(qs.order_by("lease_expires_at")[:limit])
@@ -225,14 +248,17 @@ def reclaim_expired_leases(*, using: str = DEFAULT_DB_ALIAS, limit: int = 500) -
     return len(requeue), len(letters)
 
 
-def expire_jobs(*, using: str = DEFAULT_DB_ALIAS) -> int:
-    """Mark READY jobs past ``expires_at`` EXPIRED (§6); return how many."""
-    now = timezone.now()
-    return (
-        Job.objects.using(using)
-        .filter(status=Status.READY, expires_at__lte=now)
-        .update(status=Status.EXPIRED, finished_at=now, window_key=None, unique_lock=None)
-    )
+def _close_dropped_connections() -> None:
+    """Close this thread's persistent connections that the server dropped (§7).
+
+    ``close_old_connections()`` tests a connection only after an error on it,
+    so one killed while idle (``CONN_MAX_AGE`` > 0, a database restart, an
+    idle timeout) would fail the next job's first query and spend a retry.
+    One ``SELECT 1`` before a job on a reused connection avoids that.
+    """
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is not None and not conn.in_atomic_block and not conn.is_usable():
+            conn.close()
 
 
 class Worker:
@@ -288,6 +314,7 @@ class Worker:
         self.using = using or router.db_for_write(Job) or DEFAULT_DB_ALIAS
         self.processed = 0
         self._claimed_total = 0
+        self._next_maintenance = 0.0
         self._stopping = threading.Event()
         self._signals_seen = 0
         self._done: queue_module.Queue[int | None] = queue_module.Queue()
@@ -355,8 +382,11 @@ class Worker:
         return max(0, min(free, self.max_jobs - self._claimed_total))
 
     def _maintain(self) -> None:
+        """Reclaim lapsed leases (at start, then at most once per poll interval)."""
+        if time.monotonic() < self._next_maintenance:
+            return
         reclaim_expired_leases(using=self.using)
-        expire_jobs(using=self.using)
+        self._next_maintenance = time.monotonic() + min(self.poll_interval, 1.0)
 
     def _claim(self, limit: int) -> list[Job]:
         return claim_jobs(
@@ -503,6 +533,7 @@ class Worker:
                     return
                 try:
                     close_old_connections()
+                    _close_dropped_connections()
                     self._process(job)
                 except Exception:
                     logger.exception("worker thread failed while handling job %s", job.pk)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from django_debounce.worker import Worker
 
@@ -63,6 +63,18 @@ class Command(BaseCommand):
         parser.add_argument("--worker-id", default=None, help="Identity recorded on claimed jobs.")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        # call_command() hands keyword options over without argparse's type= checks.
+        for name, parse in (
+            ("concurrency", positive_int),
+            ("max_jobs", positive_int),
+            ("poll_interval", positive_float),
+        ):
+            if options[name] is not None:
+                try:
+                    options[name] = parse(str(options[name]))
+                except argparse.ArgumentTypeError as exc:
+                    flag = "--" + name.replace("_", "-")
+                    raise CommandError(f"argument {flag}: {exc}") from None
         queues = options["queues"]
         if isinstance(queues, str):  # call_command("run_debounce_worker", queues="mail")
             queues = [queues]
