@@ -248,6 +248,12 @@ def _make(func: Callable[P, R], name: str | None, options: dict[str, Any]) -> Ta
     if not callable(func):
         raise ConfigurationError(f"@task decorates a function, got {func!r}.")
     task_name = name or f"{func.__module__}.{func.__qualname__}"
+    known = set(inspect.signature(build_options).parameters) - {"where"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ConfigurationError(
+            f"task {task_name!r}: unknown option(s) {unknown}; accepted: {', '.join(sorted(known))}."
+        )
     built = build_options(where=f"task {task_name!r}", **options)
     if built.debounce is not None and built.expires is not None:
         assert built.debounce_max_wait is not None
