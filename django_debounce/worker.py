@@ -407,26 +407,26 @@ class Worker:
             self._claimed_total += 1
             with self._lock:
                 self._in_flight[job.pk] = job
-            keeper = threading.Thread(target=self._keep_lease_inline, args=(job,), daemon=True)
+            finished = threading.Event()
+            keeper = threading.Thread(target=self._keep_lease_inline, args=(finished,), daemon=True)
             keeper.start()
             try:
                 self._process(job)
             finally:
                 with self._lock:
                     self._in_flight.pop(job.pk, None)
-                self._done.put(job.pk)
+                finished.set()
                 keeper.join()
 
-    def _keep_lease_inline(self, job: Job) -> None:
-        """Renew the lease of a job running inline, only if it runs past a third of the lease."""
+    def _keep_lease_inline(self, finished: threading.Event) -> None:
+        """Renew the lease of the job running inline, only if it runs past a third of the lease."""
         interval = self.lease.total_seconds() / 3
         try:
-            while True:
+            while not finished.wait(timeout=interval):
                 try:
-                    self._done.get(timeout=interval)
-                    return
-                except queue_module.Empty:
                     self._renew()
+                except (DatabaseError, InterfaceError):
+                    logger.exception("lease renewal failed", extra={"action": "renew_error"})
         finally:
             connections.close_all()
 
