@@ -118,7 +118,7 @@ class Job(models.Model):
             # ORDER BY priority DESC, run_at, id LIMIT n walks this index in order and
             # stops after n rows; finished rows sit under other statuses and are never read.
             models.Index(fields=["status", "-priority", "run_at", "id"], name="debounce_job_claim"),
-            # Reclaim: WHERE status='RUNNING' AND lease_expires_at < now.
+            # Reclaim: WHERE status='RUNNING' AND lease_expires_at <= now.
             models.Index(fields=["status", "lease_expires_at"], name="debounce_job_status_lease"),
             # Non-overlap per key (§4.5): other jobs of the same key in flight or due earlier.
             models.Index(fields=["key_hash", "status"], name="debounce_job_key_status"),

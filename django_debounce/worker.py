@@ -186,8 +186,14 @@ def _dead_letter(
     )
 
 
-def reclaim_expired_leases(*, using: str = DEFAULT_DB_ALIAS, limit: int = 500) -> tuple[int, int]:
+def reclaim_expired_leases(
+    *, using: str = DEFAULT_DB_ALIAS, limit: int = 500, exclude_worker: str | None = None
+) -> tuple[int, int]:
     """Put back RUNNING jobs whose lease lapsed (their worker died, §7).
+
+    ``exclude_worker`` leaves that worker's own jobs alone: a live worker is
+    running them (its clock may have jumped past their leases, e.g. under
+    time-machine in tests), so only other workers' jobs can be orphans.
 
     A job that still has retries left goes back to READY, keeping its
     ``run_at`` (its place in line); one whose ``attempts`` already used every
@@ -203,6 +209,8 @@ def reclaim_expired_leases(*, using: str = DEFAULT_DB_ALIAS, limit: int = 500) -
         # A lease is live while lease_expires_at > now (as in claimable_jobs), so it has
         # lapsed at lease_expires_at itself: reclaim then, before a later job of the key runs.
         qs = Job.objects.using(using).filter(status=Status.RUNNING, lease_expires_at__lte=now)
+        if exclude_worker:
+            qs = qs.exclude(worker_id=exclude_worker)
         if features.has_select_for_update_skip_locked:
             qs = qs.select_for_update(skip_locked=True)
         stale = list(qs.order_by("lease_expires_at")[:limit])
@@ -385,7 +393,7 @@ class Worker:
         """Reclaim lapsed leases (at start, then at most once per poll interval)."""
         if time.monotonic() < self._next_maintenance:
             return
-        reclaim_expired_leases(using=self.using)
+        reclaim_expired_leases(using=self.using, exclude_worker=self.worker_id)
         self._next_maintenance = time.monotonic() + min(self.poll_interval, 1.0)
 
     def _claim(self, limit: int) -> list[Job]:
@@ -563,10 +571,29 @@ class Worker:
         job_started.send(sender=Job, job=job)
         try:
             args, kwargs = codec.decode_call(job.args, job.kwargs)
-            if task.is_async:
-                result = async_to_sync(task.func)(*args, **kwargs)
-            else:
-                result = task.func(*args, **kwargs)
+            # Inside a caller's transaction (an inline --burst in a test, say) the task runs
+            # after a savepoint: a database error in the task rolls back to it, so the
+            # caller's transaction stays usable and the outcome can be recorded; any other
+            # exception keeps the task's writes, as they would be kept in autocommit.
+            savepoint = (
+                transaction.savepoint(using=self.using)
+                if connections[self.using].in_atomic_block
+                else None
+            )
+            try:
+                if task.is_async:
+                    result = async_to_sync(task.func)(*args, **kwargs)
+                else:
+                    result = task.func(*args, **kwargs)
+            except DatabaseError:
+                if savepoint:
+                    # Django marked the transaction broken; clear the mark so that the
+                    # ROLLBACK TO SAVEPOINT can run (the documented manual-savepoint dance).
+                    transaction.set_rollback(False, using=self.using)
+                    transaction.savepoint_rollback(savepoint, using=self.using)
+                raise
+            if savepoint:
+                transaction.savepoint_commit(savepoint, using=self.using)
         except Exception as exc:
             logger.exception(
                 "job %s (%s) raised",

@@ -22,6 +22,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django_debounce",
     "tests.testapp",
+    "example_project.docs",
 ]
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -49,6 +50,11 @@ if _url:
     DATABASES = {"default": dj_database_url.parse(_url, conn_max_age=0)}
     # Parallel test runs on one server each need their own test database.
     DATABASES["default"]["TEST"] = {"NAME": os.environ.get("DEBOUNCE_TEST_DB_NAME")}
+    # Reliability tests tag a worker subprocess's connections (pg_stat_activity).
+    if os.environ.get("DEBOUNCE_TEST_APP_NAME"):
+        DATABASES["default"].setdefault("OPTIONS", {})["application_name"] = os.environ[
+            "DEBOUNCE_TEST_APP_NAME"
+        ]
 else:
     _name = os.environ.get(
         "DEBOUNCE_TEST_SQLITE", str(BASE_DIR.parent / ".artifacts" / "tests.sqlite3")
@@ -62,7 +68,14 @@ else:
         }
     }
 
-DEBOUNCE_LEASE = "60s"
+# Reliability tests run worker subprocesses with other values (env-driven).
+if os.environ.get("DEBOUNCE_TEST_CONN_MAX_AGE"):
+    _age = os.environ["DEBOUNCE_TEST_CONN_MAX_AGE"]
+    DATABASES["default"]["CONN_MAX_AGE"] = None if _age == "None" else int(_age)
+
+DEBOUNCE_LEASE = os.environ.get("DEBOUNCE_TEST_LEASE", "60s")
+if os.environ.get("DEBOUNCE_TEST_SHUTDOWN_GRACE"):
+    DEBOUNCE_SHUTDOWN_GRACE = os.environ["DEBOUNCE_TEST_SHUTDOWN_GRACE"]
 DEBOUNCE_MIN_BACKOFF = "5s"
 DEBOUNCE_MAX_BACKOFF = "5m"
 
@@ -72,3 +85,6 @@ LOGGING = {
     "handlers": {"null": {"class": "logging.NullHandler"}},
     "loggers": {"django_debounce": {"handlers": ["null"], "level": "INFO", "propagate": True}},
 }
+if os.environ.get("DEBOUNCE_TEST_LOG_STDERR"):  # subprocess workers: log to the captured stderr
+    LOGGING["handlers"]["stderr"] = {"class": "logging.StreamHandler"}
+    LOGGING["loggers"]["django_debounce"]["handlers"] = ["stderr"]

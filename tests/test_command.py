@@ -1,0 +1,125 @@
+"""``run_debounce_worker``: flags, validation, the command line (§10, §11)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from django_debounce.models import Job
+from tests.conftest import child_env
+from tests.factories import JobFactory
+from tests.testapp.models import CallLog
+
+
+def run_cli(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """``python -m django run_debounce_worker …`` against this test's database."""
+    return subprocess.run(
+        [sys.executable, "-m", "django", "run_debounce_worker", *argv],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def tags() -> list[str]:
+    return list(CallLog.objects.filter(task="wrk.tag").order_by("id").values_list("key", flat=True))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_command_line_burst_runs_due_jobs_and_exits_0(clock):
+    from tests.conftest import T
+
+    for name in ("one", "two", "three"):
+        JobFactory(task_name="wrk.tag", args=[name])
+    later = JobFactory(task_name="wrk.tag", args=["later"], run_at=T.replace(year=2099))
+
+    proc = run_cli("--burst")
+
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(tags()) == ["one", "three", "two"]
+    assert Job.objects.filter(status=Job.Status.SUCCESSFUL).count() == 3
+    later.refresh_from_db()
+    assert later.status == Job.Status.READY
+
+
+@pytest.mark.django_db(transaction=True)
+def test_command_line_burst_with_nothing_due_exits_0():
+    proc = run_cli("--burst", "--concurrency", "2", "--queue", "a", "--queue", "b")
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--concurrency", "0", "must be at least 1"),
+        ("--concurrency", "-1", "must be at least 1"),
+        ("--concurrency", "x", "is not an integer"),
+        ("--max-jobs", "0", "must be at least 1"),
+        ("--poll-interval", "0", "must be greater than 0"),
+        ("--poll-interval", "-1", "must be greater than 0"),
+        ("--poll-interval", "x", "is not a number of seconds"),
+    ],
+)
+def test_command_line_rejects_bad_values_with_a_usage_error(flag, value, message):
+    JobFactory(task_name="wrk.tag", args=["untouched"])
+    proc = run_cli("--burst", flag, value)
+    assert proc.returncode == 2
+    assert "usage:" in proc.stderr
+    assert flag in proc.stderr
+    assert message in proc.stderr
+    assert tags() == []
+    assert Job.objects.get().status == Job.Status.READY
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--concurrency", "0", "must be at least 1"),
+        ("--concurrency", "-1", "must be at least 1"),
+        ("--concurrency", "x", "is not an integer"),
+        ("--max-jobs", "-3", "must be at least 1"),
+        ("--poll-interval", "0", "must be greater than 0"),
+        ("--poll-interval", "nan", "must be greater than 0"),
+        ("--poll-interval", "soon", "is not a number of seconds"),
+    ],
+)
+def test_call_command_argv_validation_raises_command_error(flag, value, message):
+    JobFactory(task_name="wrk.tag", args=["untouched"])
+    with pytest.raises(CommandError, match=message):
+        call_command("run_debounce_worker", "--burst", f"{flag}={value}")
+    assert tags() == []
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("concurrency", 0),
+        ("concurrency", -1),
+        ("concurrency", "x"),
+        ("max_jobs", 0),
+        ("poll_interval", 0),
+        ("poll_interval", -1.5),
+        ("poll_interval", "x"),
+    ],
+)
+def test_call_command_keyword_validation_raises_command_error(option, value):
+    """Decision: keyword options get the same validation as flags, as a CommandError."""
+    JobFactory(task_name="wrk.tag", args=["untouched"])
+    with pytest.raises(CommandError):
+        call_command("run_debounce_worker", burst=True, **{option: value})
+    assert tags() == []
+    assert Job.objects.get().status == Job.Status.READY
+
+
+@pytest.mark.django_db
+def test_call_command_accepts_numeric_strings_like_the_flags(clock):
+    JobFactory(task_name="wrk.tag", args=["ran"])
+    call_command("run_debounce_worker", burst=True, concurrency="1", poll_interval="0.5")
+    assert tags() == ["ran"]

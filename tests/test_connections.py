@@ -1,0 +1,157 @@
+"""Worker database connections (§7): reconnects after a dropped connection, never leaks.
+
+Each worker subprocess tags its connections with its own ``application_name``
+(``DEBOUNCE_TEST_APP_NAME``), so ``pg_stat_activity`` shows exactly its
+backends. ``CONN_MAX_AGE`` comes from ``DEBOUNCE_TEST_CONN_MAX_AGE``.
+
+Documented figures asserted here: a worker holds at most ``concurrency + 1``
+connections (one per job thread, plus the loop's own for claims, lease
+renewal and maintenance). Idle after a drain it holds at most 1 (the loop's,
+closed and reopened on every poll) with ``CONN_MAX_AGE=0``, and at most ``concurrency + 1`` with a persistent
+``CONN_MAX_AGE`` (reused, closed once older than the max age).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import pytest
+from django.db import connections
+
+from django_debounce.models import DeadLetter, Job
+from tests.conftest import child_env
+from tests.procs import app_name, pg_backends, pg_terminate, processes, wait_for
+from tests.testapp.models import CallLog
+from tests.testapp.tasks_reliability import one_query, work
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+CONN_MAX_AGES = pytest.mark.parametrize("conn_max_age", ["0", "None", "60"])
+
+
+def _all_done(ids, worker):
+    def check() -> bool:
+        assert worker.alive(), worker.tail()
+        return Job.objects.filter(pk__in=ids, status=Job.Status.SUCCESSFUL).count() == len(ids)
+
+    return check
+
+
+@CONN_MAX_AGES
+def test_b34_worker_reconnects(tmp_path, conn_max_age):
+    name = app_name("b34")
+    env = child_env(DEBOUNCE_TEST_APP_NAME=name, DEBOUNCE_TEST_CONN_MAX_AGE=conn_max_age)
+    with processes(tmp_path, env) as procs:
+        worker = procs.worker("--poll-interval", "0.2", "--concurrency", "2")
+        # Warm up: both job threads and the loop have used a connection.
+        warm = [work.delay(f"warm-{i}", seconds=0.3).pk for i in range(2)]
+        wait_for(_all_done(warm, worker), timeout=30, what="the warm-up jobs")
+        before = wait_for(lambda: pg_backends(name), timeout=10, what="the worker's backends")
+
+        killed = pg_terminate(name)
+        assert killed >= 1
+        wait_for(
+            lambda: not {pid for pid, _ in before} & {pid for pid, _ in pg_backends(name)},
+            timeout=10,
+            what="the terminated backends to go away",
+        )
+        jobs = [work.delay(f"after-{i}").pk for i in range(3)]
+        wait_for(_all_done(jobs, worker), timeout=60, what="the jobs after the kill")
+        assert worker.alive(), worker.tail()
+        after = pg_backends(name)
+        assert after, "the worker reconnected"
+        assert not {pid for pid, _ in before} & {pid for pid, _ in after}
+
+        worker.send(signal.SIGTERM)
+        assert worker.wait(30) == 0, worker.tail()
+
+    print(
+        f"\n[b34 CONN_MAX_AGE={conn_max_age}] backends before kill: {len(before)}, killed {killed}"
+    )
+    assert Job.objects.filter(status=Job.Status.FAILED).count() == 0
+    assert DeadLetter.objects.count() == 0
+    # No run was spent on a dead connection: each job ran once, first time.
+    assert list(Job.objects.filter(pk__in=jobs).values_list("attempts", flat=True)) == [1, 1, 1]
+    assert CallLog.objects.filter(key__startswith="after-").count() == 3
+
+
+class Sampler(threading.Thread):
+    """Count the worker's backends every 0.5 s, noting how many jobs had run by then."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name="pg-sampler", daemon=True)
+        self.app = name
+        self.stop = threading.Event()
+        self.samples: list[tuple[int, int]] = []  # (jobs run so far, backends)
+        self.pids: set[int] = set()  # every backend seen
+
+    def run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                done = CallLog.objects.filter(task="rel.one_query").count()
+                backends = pg_backends(self.app)
+                self.pids.update(pid for pid, _ in backends)
+                self.samples.append((done, len(backends)))
+                self.stop.wait(0.5)
+        finally:
+            connections.close_all()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("conn_max_age", ["0", "60"])
+def test_b35_worker_connections_bounded(tmp_path, conn_max_age):
+    concurrency, total = 8, 2000
+    name = app_name("b35")
+    for n in range(total):
+        one_query.delay(n)
+    env = child_env(DEBOUNCE_TEST_APP_NAME=name, DEBOUNCE_TEST_CONN_MAX_AGE=conn_max_age)
+    sampler = Sampler(name)
+    with processes(tmp_path, env) as procs:
+        worker = procs.worker("--concurrency", str(concurrency), "--poll-interval", "0.1")
+        sampler.start()
+        started = time.monotonic()
+        try:
+            wait_for(
+                lambda: (
+                    CallLog.objects.filter(task="rel.one_query").count() == total
+                    or not worker.alive()
+                ),
+                timeout=240,
+                interval=0.2,
+                what=f"{total} jobs",
+            )
+            drained = time.monotonic() - started
+            assert worker.alive(), worker.tail()
+            time.sleep(2.5)  # idle: a few polls after the drain
+            idle = [len(pg_backends(name)) for _ in range(5) if not time.sleep(0.2)]
+        finally:
+            sampler.stop.set()
+            sampler.join(10)
+        worker.send(signal.SIGTERM)
+        assert worker.wait(30) == 0, worker.tail()
+    wait_for(lambda: not pg_backends(name), timeout=10, what="the worker's connections to close")
+
+    busy = [count for done, count in sampler.samples if 0 < done < total]
+    early = [count for done, count in sampler.samples if 0 < done <= 200]
+    late = [count for done, count in sampler.samples if 200 < done]
+    print(
+        f"\n[b35 CONN_MAX_AGE={conn_max_age}] {total} jobs in {drained:.1f}s; "
+        f"backends: max {max(count for _, count in sampler.samples)} over "
+        f"{len(sampler.samples)} samples; up to 200 jobs max {max(early, default=0)}; "
+        f"after 200 max {max(late, default=0)}; distinct backends seen {len(sampler.pids)}; "
+        f"idle after the drain {idle}"
+    )
+    assert Job.objects.filter(status=Job.Status.SUCCESSFUL).count() == total
+    assert len(busy) >= 2 and late
+    # Never more than one connection per job thread plus the loop's own, in every sample
+    # from the first job to the 2,000th: no growth with the number of jobs run.
+    assert max(count for _, count in sampler.samples) <= concurrency + 1
+    if conn_max_age == "0":
+        # At most the loop's connection (it closes and reopens it on every poll).
+        assert max(idle) <= 1
+    else:
+        # Reused, never replaced: the same 9 backends served all 2,000 jobs.
+        assert len(sampler.pids) <= concurrency + 1
+        assert max(idle) <= concurrency + 1
