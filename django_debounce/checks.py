@@ -128,3 +128,21 @@ def check_database_settings() -> list[CheckMessage]:
                     )
                 )
     return messages
+
+
+@register()
+def check_use_tz(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """E011: the package's one clock (§4.7) needs ``USE_TZ = True``."""
+    if getattr(django_settings, "USE_TZ", True):
+        return []
+    return [
+        Error(
+            "django_debounce needs USE_TZ = True.",
+            hint=(
+                "Deadlines, leases and backoff are compared as aware UTC instants (contract "
+                "§4.7). With USE_TZ = False they are local wall-clock times, and a daylight-"
+                "saving change moves every lease by an hour, letting two workers run one job."
+            ),
+            id="django_debounce.E011",
+        )
+    ]

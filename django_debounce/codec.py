@@ -14,7 +14,14 @@ type           stored form
 ``date``       ``["date", "2024-02-29"]``
 ``time``       ``["time", "23:59:59.999999"]`` (offset kept if given)
 ``timedelta``  ``["timedelta", [days, seconds, microseconds]]``
+``float``      ``["float", "1e+16"]``, only for integral floats in
+               exponent form and ``-0.0``, which PostgreSQL's jsonb
+               would return as an int or ``0.0``
 =============  ====================================================
+
+Strings may not contain NUL (``\\x00``) or lone surrogates, and nesting is
+limited to :data:`MAX_DEPTH` levels: PostgreSQL cannot store the former, and
+the worker could not decode the latter.
 
 Tuples are stored as lists (and come back as lists). An aware ``datetime``
 comes back as the same instant with the same UTC offset, as a fixed-offset
@@ -33,6 +40,9 @@ from uuid import UUID
 from .exceptions import PayloadError
 
 TAG = "__debounce__"
+
+#: Deepest nesting of lists and dicts a payload may have (decoding recurses).
+MAX_DEPTH = 100
 
 _HINT = (
     " Pass JSON values, UUID, Decimal, aware datetime, date, time, timedelta or "
@@ -53,14 +63,39 @@ def encode(value: Any, *, path: str = "argument") -> Any:
             type, a naive ``datetime``, a non-finite float, or a dict with a
             non-``str`` key.
     """
-    if value is None or isinstance(value, bool | str | int):
+    return _encode(value, path, 0)
+
+
+def _check_text(text: str, path: str) -> str:
+    if "\x00" in text:
+        raise PayloadError(
+            f"{path} contains a NUL character (\\x00), which databases cannot store."
+        )
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise PayloadError(f"{path} is not valid Unicode text ({exc.reason}).") from exc
+    return text
+
+
+def _encode(value: Any, path: str, depth: int) -> Any:
+    if depth > MAX_DEPTH:
+        raise PayloadError(f"{path} is nested more than {MAX_DEPTH} levels deep.")
+    if value is None or isinstance(value, bool | int):
         return value
+    if isinstance(value, str):
+        return _check_text(value, path)
     if isinstance(value, float):
         if not math.isfinite(value):
             raise PayloadError(f"{path}={value!r}: JSON cannot store NaN or infinity.")
+        if (value.is_integer() and "e" in repr(value)) or (
+            value == 0 and math.copysign(1, value) < 0
+        ):
+            # PostgreSQL's jsonb would hand 1e16 back as an int and -0.0 as 0.0.
+            return {TAG: ["float", repr(value)]}
         return value
     if isinstance(value, list | tuple):
-        return [encode(item, path=f"{path}[{i}]") for i, item in enumerate(value)]
+        return [_encode(item, f"{path}[{i}]", depth + 1) for i, item in enumerate(value)]
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         for key, item in value.items():
@@ -69,7 +104,7 @@ def encode(value: Any, *, path: str = "argument") -> Any:
                     f"{path} has the key {key!r} of type {type(key).__name__}; "
                     "payload dicts need str keys."
                 )
-            out[key] = encode(item, path=f"{path}[{key!r}]")
+            out[_check_text(key, f"{path} key")] = _encode(item, f"{path}[{key!r}]", depth + 1)
         if TAG in out:
             return {TAG: ["dict", out]}
         return out
@@ -122,6 +157,7 @@ _DECODERS: dict[str, Any] = {
     "date": date.fromisoformat,
     "time": time.fromisoformat,
     "timedelta": _timedelta,
+    "float": float,
 }
 
 

@@ -81,7 +81,7 @@ class Settings:
 
     @property
     def backoff_jitter(self) -> bool:
-        """``DEBOUNCE_BACKOFF_JITTER``: spread retries with full jitter (default True)."""
+        """``DEBOUNCE_BACKOFF_JITTER``: spread retries with equal jitter, delay in [base/2, base] (default True)."""
         return bool(self._get("BACKOFF_JITTER"))
 
     @property

@@ -13,6 +13,7 @@ any SQL runs, §3) and then written in one short transaction:
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import time
@@ -29,7 +30,7 @@ from .conf import settings
 from .durations import parse_duration
 from .exceptions import ConfigurationError, EnqueueContentionError
 from .models import Job
-from .signals import job_enqueued
+from .signals import job_enqueued, send_signal
 from .tasks import check_priority, check_queue, check_window
 
 if TYPE_CHECKING:
@@ -123,7 +124,7 @@ def enqueue_call(
     now = timezone.now()
     plan = plan_call(task, task_name, args, kwargs, options, now)
     job = write(plan, now)
-    job_enqueued.send(sender=Job, job=job, outcome=job.outcome)
+    send_signal(job_enqueued, job=job, outcome=job.outcome)
     return job
 
 
@@ -219,8 +220,14 @@ def plan_call(
         max_retries = defaults.max_retries if defaults is not None else None
     if max_retries is None:
         max_retries = settings.max_retries
-    if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-        raise ConfigurationError(f"{where}: max_retries={max_retries!r} must be an int >= 0.")
+    if (
+        isinstance(max_retries, bool)
+        or not isinstance(max_retries, int)
+        or not 0 <= max_retries <= 10_000
+    ):
+        raise ConfigurationError(
+            f"{where}: max_retries={max_retries!r} must be an int from 0 to 10000."
+        )
     metadata = options.get("metadata")
     if metadata is None:
         metadata = dict(defaults.metadata) if defaults is not None else {}
@@ -228,8 +235,31 @@ def plan_call(
         raise ConfigurationError(
             f"{where}: metadata must be a dict, got {type(metadata).__name__}."
         )
-    notes = options.get("notes") or ""
-    if not isinstance(notes, str):
+    try:
+        json.dumps(metadata, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(
+            f"{where}: metadata must be plain JSON (str keys, no NaN): {exc}."
+        ) from exc
+    if any(not isinstance(key, str) for key in metadata):
+        raise ConfigurationError(f"{where}: metadata keys must be str.")
+    for name in ("debounce_key", "unique_key"):
+        spec = options.get(name)
+        if spec is not None and not isinstance(spec, str) and not callable(spec):
+            raise ConfigurationError(
+                f"{where}: {name}={spec!r} must be a template str or a callable."
+            )
+    replace_opt = options.get("debounce_replace_payload")
+    if replace_opt is not None and not isinstance(replace_opt, bool):
+        raise ConfigurationError(f"{where}: debounce_replace_payload must be True or False.")
+    merge_opt = options.get("debounce_merge")
+    if merge_opt is not None and not callable(merge_opt):
+        raise ConfigurationError(
+            f"{where}: debounce_merge must be a callable (stored, new) -> call."
+        )
+    notes = options.get("notes")
+    notes = "" if notes is None else notes
+    if not isinstance(notes, str) or "\x00" in notes:
         raise ConfigurationError(f"{where}: notes must be a str.")
 
     # Expiry: a duration from now, or an aware datetime.
@@ -335,6 +365,16 @@ def write(plan: Plan, now: datetime, using: str | None = None) -> Job:
                     return upsert.slide_or_insert(plan, now, db)
                 return _write_once(plan, now, db)
         except (IntegrityError, OperationalError) as exc:
+            if not is_contention(exc):
+                raise
+            if isinstance(exc, OperationalError) and transaction.get_connection(db).in_atomic_block:
+                # A deadlock or lock timeout inside the caller's transaction: the caller
+                # still holds its locks, so retrying in a savepoint would only wait again.
+                raise EnqueueContentionError(
+                    f"enqueue of {plan.task_name!r} hit lock contention inside the caller's "
+                    f"transaction ({exc}); nothing was written by this call. Roll the "
+                    "transaction back and retry it."
+                ) from exc
             last = exc
             logger.debug(
                 "enqueue of %s lost a race or waited on a lock (attempt %d): %s",
@@ -349,6 +389,28 @@ def write(plan: Plan, now: datetime, using: str | None = None) -> Job:
         f"enqueue of {plan.task_name!r} gave up after {budget} attempts under lock contention; "
         "nothing was written. Retry the call, or raise DEBOUNCE_ENQUEUE_RETRIES."
     ) from last
+
+
+#: SQLSTATEs of lock contention on PostgreSQL: serialization failure, deadlock, lock timeout.
+_CONTENTION_SQLSTATES = frozenset({"40001", "40P01", "55P03"})
+
+
+def is_contention(exc: Exception) -> bool:
+    """Return True when ``exc`` means "lost a race or waited on a lock" (§4.4), so a retry can help.
+
+    A unique violation on the open-window or unique-lock column (a racing
+    producer inserted first), SQLite's "database is locked", and PostgreSQL's
+    serialization failures, deadlocks and lock timeouts. Anything else (a
+    missing table, a failed check constraint) is a real error and is raised.
+    """
+    cause = exc.__cause__
+    sqlstate = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
+    text = str(exc)
+    if isinstance(exc, IntegrityError):
+        return "window_key" in text or "unique_lock" in text
+    if sqlstate is not None:
+        return sqlstate in _CONTENTION_SQLSTATES
+    return "locked" in text or "busy" in text or "deadlock" in text.lower()
 
 
 def _write_once(plan: Plan, now: datetime, db: str) -> Job:

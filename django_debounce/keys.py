@@ -178,6 +178,12 @@ def check_key(key: Any) -> str:
         raise KeyResolutionError(
             f"key is {len(key)} characters long; the limit is {MAX_KEY_LENGTH}."
         )
+    if "\x00" in key:
+        raise KeyResolutionError("a key may not contain a NUL character (\\x00).")
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise KeyResolutionError(f"a key must be valid Unicode text ({exc.reason}).") from exc
     return key
 
 
@@ -201,13 +207,24 @@ def default_key(call: BoundCall) -> str:
     """Return the stable hash key of a call's bound arguments (§3, no ``debounce_key``)."""
     try:
         canonical = json.dumps(
-            [encode(list(call.positional)), encode(dict(call.named))],
+            [encode(_plain(list(call.positional))), encode(_plain(dict(call.named)))],
             sort_keys=True,
             separators=(",", ":"),
         )
     except PayloadError as exc:
         raise PayloadError(f"cannot derive the default debounce key: {exc}") from exc
     return "args:" + hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+
+def _plain(value: Any) -> Any:
+    """Replace Enum members by their values (a parameter's Enum default is a scalar, §3)."""
+    if isinstance(value, enum.Enum):
+        return _plain(value.value)
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    return value
 
 
 def window_hash(task_name: str, key: str) -> str:

@@ -45,7 +45,13 @@ def check_priority(priority: Any) -> int:
 
 def check_queue(queue: Any) -> str:
     """Return ``queue`` if it is a non-empty name of at most 100 characters."""
-    if not isinstance(queue, str) or not queue or len(queue) > 100:
+    if (
+        not isinstance(queue, str)
+        or not queue
+        or len(queue) > 100
+        or queue != queue.strip()
+        or "\x00" in queue
+    ):
         raise ConfigurationError(
             f"queue={queue!r} must be a non-empty str of at most 100 characters."
         )
@@ -223,9 +229,13 @@ def build_options(
             "rather than rely on a limit that does not hold."
         )
     if max_retries is not None and (
-        isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0
+        isinstance(max_retries, bool)
+        or not isinstance(max_retries, int)
+        or not 0 <= max_retries <= 10_000
     ):
-        raise ConfigurationError(f"{where}: max_retries={max_retries!r} must be an int >= 0.")
+        raise ConfigurationError(
+            f"{where}: max_retries={max_retries!r} must be an int from 0 to 10000."
+        )
     return TaskOptions(
         queue=check_queue(queue),
         priority=check_priority(priority),
@@ -248,6 +258,15 @@ def _make(func: Callable[P, R], name: str | None, options: dict[str, Any]) -> Ta
     if not callable(func):
         raise ConfigurationError(f"@task decorates a function, got {func!r}.")
     task_name = name or f"{func.__module__}.{func.__qualname__}"
+    if (
+        not isinstance(task_name, str)
+        or not task_name
+        or len(task_name) > 255
+        or "\x00" in task_name
+    ):
+        raise ConfigurationError(
+            f"task name {task_name!r} must be a non-empty str of at most 255 characters."
+        )
     known = set(inspect.signature(build_options).parameters) - {"where"}
     unknown = sorted(set(options) - known)
     if unknown:

@@ -31,7 +31,8 @@ _LEAST = {"postgresql": "LEAST", "sqlite": "MIN"}
 
 def supported(using: str) -> bool:
     """Return True when the database alias can run the one-statement upsert."""
-    return connections[using].vendor in VENDORS
+    connection = connections[using]
+    return connection.vendor in VENDORS and connection.features.can_return_columns_from_insert
 
 
 def _fields() -> list[Field[Any, Any]]:

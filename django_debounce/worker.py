@@ -37,6 +37,7 @@ from django.db import (
     DEFAULT_DB_ALIAS,
     DatabaseError,
     InterfaceError,
+    OperationalError,
     close_old_connections,
     connections,
     router,
@@ -50,11 +51,50 @@ from .conf import settings
 from .exceptions import PayloadError, UnknownTaskError
 from .models import DeadLetter, Job
 from .retry import backoff_delay
-from .signals import job_dead_lettered, job_finished, job_started
+from .signals import job_dead_lettered, job_finished, job_started, send_signal
 
 logger = logging.getLogger("django_debounce.worker")
 
 Status = Job.Status
+
+
+def storable_text(text: str) -> str:
+    """Return ``text`` without NUL characters, which PostgreSQL text and jsonb cannot hold."""
+    return text.replace("\x00", "\ufffd") if "\x00" in text else text
+
+
+def _safe_repr(value: Any) -> str:
+    try:
+        return storable_text(repr(value))
+    except Exception:  # a repr that raises (or an int too long for str()) must not lose the run
+        return f"<unrepresentable {type(value).__qualname__}>"
+
+
+def storable_result(value: Any) -> Any:
+    """Return the JSON a task's return value is recorded as (§7).
+
+    The codec's form when it can store the value; otherwise the value's
+    ``repr`` string (sets, model instances, values nested too deep). NUL
+    characters become U+FFFD, since PostgreSQL rejects them: a result that
+    cannot be written must never turn a successful run into a rerun.
+    """
+    for candidate in (value, _scrub(value)):
+        try:
+            return codec.encode(candidate, path="result")
+        except (PayloadError, ValueError, RecursionError):
+            continue
+    return _safe_repr(value)
+
+
+def _scrub(value: Any) -> Any:
+    """Return ``value`` with NUL characters in its strings replaced by U+FFFD."""
+    if isinstance(value, str):
+        return storable_text(value)
+    if isinstance(value, list | tuple):
+        return [_scrub(item) for item in value]
+    if isinstance(value, dict):
+        return {_scrub(key): _scrub(item) for key, item in value.items()}
+    return value
 
 
 def format_error(exc: BaseException) -> str:
@@ -63,7 +103,11 @@ def format_error(exc: BaseException) -> str:
     name = (
         cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
     )
-    return f"{name}: {exc}"
+    try:
+        message = str(exc)
+    except Exception:
+        message = "<the exception's message could not be rendered>"
+    return storable_text(f"{name}: {message}")
 
 
 def claimable_jobs(now: datetime, queues: Sequence[str] | None = None) -> Any:
@@ -187,13 +231,15 @@ def _dead_letter(
 
 
 def reclaim_expired_leases(
-    *, using: str = DEFAULT_DB_ALIAS, limit: int = 500, exclude_worker: str | None = None
+    *, using: str = DEFAULT_DB_ALIAS, limit: int = 500, exclude_ids: Iterable[int] = ()
 ) -> tuple[int, int]:
     """Put back RUNNING jobs whose lease lapsed (their worker died, §7).
 
-    ``exclude_worker`` leaves that worker's own jobs alone: a live worker is
-    running them (its clock may have jumped past their leases, e.g. under
-    time-machine in tests), so only other workers' jobs can be orphans.
+    ``exclude_ids`` are the jobs the calling worker is running right now: it
+    is alive and renewing them (its clock may have jumped past their leases,
+    e.g. under time-machine in tests). Everything else with a lapsed lease is
+    an orphan, including jobs of an earlier process that used the same
+    ``--worker-id``.
 
     A job that still has retries left goes back to READY, keeping its
     ``run_at`` (its place in line); one whose ``attempts`` already used every
@@ -209,8 +255,9 @@ def reclaim_expired_leases(
         # A lease is live while lease_expires_at > now (as in claimable_jobs), so it has
         # lapsed at lease_expires_at itself: reclaim then, before a later job of the key runs.
         qs = Job.objects.using(using).filter(status=Status.RUNNING, lease_expires_at__lte=now)
-        if exclude_worker:
-            qs = qs.exclude(worker_id=exclude_worker)
+        exclude = list(exclude_ids)
+        if exclude:
+            qs = qs.exclude(pk__in=exclude)
         if features.has_select_for_update_skip_locked:
             qs = qs.select_for_update(skip_locked=True)
         stale = list(qs.order_by("lease_expires_at")[:limit])
@@ -252,7 +299,7 @@ def reclaim_expired_leases(
             extra={"action": "reclaim", "job_id": job.pk},
         )
     for letter in letters:
-        job_dead_lettered.send(sender=Job, job=letter.job, dead_letter=letter)
+        send_signal(job_dead_lettered, job=letter.job, dead_letter=letter)
     return len(requeue), len(letters)
 
 
@@ -393,7 +440,9 @@ class Worker:
         """Reclaim lapsed leases (at start, then at most once per poll interval)."""
         if time.monotonic() < self._next_maintenance:
             return
-        reclaim_expired_leases(using=self.using, exclude_worker=self.worker_id)
+        with self._lock:
+            running = list(self._in_flight)
+        reclaim_expired_leases(using=self.using, exclude_ids=running)
         self._next_maintenance = time.monotonic() + min(self.poll_interval, 1.0)
 
     def _claim(self, limit: int) -> list[Job]:
@@ -568,7 +617,7 @@ class Worker:
             job.attempts,
             extra={"action": "start_job", "job_id": job.pk},
         )
-        job_started.send(sender=Job, job=job)
+        send_signal(job_started, job=job)
         try:
             args, kwargs = codec.decode_call(job.args, job.kwargs)
             # Inside a caller's transaction (an inline --burst in a test, say) the task runs
@@ -611,13 +660,17 @@ class Worker:
         )
 
     def _persist(self, write: Any) -> Any:
-        """Run a DB write, retrying through a lost connection for up to one lease."""
+        """Run a DB write, retrying through a lost connection for up to one lease.
+
+        Only transient errors (a dropped connection, a lock wait) are retried: a
+        ``DataError`` or ``IntegrityError`` will fail again, so it is raised at once.
+        """
         deadline = time.monotonic() + self.lease.total_seconds()
         delay = 0.2
         while True:
             try:
                 return write()
-            except (DatabaseError, InterfaceError) as exc:
+            except (OperationalError, InterfaceError) as exc:
                 if time.monotonic() + delay > deadline or connections[self.using].in_atomic_block:
                     raise
                 logger.warning("database error recording a job outcome (%s); retrying", exc)
@@ -634,10 +687,7 @@ class Worker:
         )
 
     def _succeed(self, job: Job, result: Any) -> None:
-        try:
-            stored = codec.encode(result, path="result")
-        except PayloadError:
-            stored = repr(result)
+        stored = storable_result(result)
         now = timezone.now()
         updated = self._persist(
             lambda: self._fenced(job).update(
@@ -653,13 +703,13 @@ class Worker:
             return
         job.status, job.result, job.finished_at = Status.SUCCESSFUL, stored, now
         job.lease_expires_at = job.unique_lock = None
-        job_finished.send(sender=Job, job=job, status=job.status)
+        send_signal(job_finished, job=job, status=job.status)
 
     def _retry_or_bury(
         self, job: Job, min_backoff: timedelta | None, max_backoff: timedelta | None, exc: Exception
     ) -> None:
         error = format_error(exc)
-        tb = "".join(traceback_module.format_exception(exc))
+        tb = storable_text("".join(traceback_module.format_exception(exc)))
         now = timezone.now()
         if job.attempts <= job.max_retries:
             delay = backoff_delay(
@@ -683,7 +733,7 @@ class Worker:
                 self._late(job)
                 return
             job.status, job.run_at, job.error, job.traceback = Status.READY, run_at, error, tb
-            job_finished.send(sender=Job, job=job, status=job.status)
+            send_signal(job_finished, job=job, status=job.status)
             return
         letter = self._persist(
             lambda: self._bury(
@@ -717,8 +767,8 @@ class Worker:
             letter.save(using=self.using)
         job.status, job.finished_at, job.error, job.traceback = Status.FAILED, now, error, tb
         job.lease_expires_at = job.unique_lock = None
-        job_finished.send(sender=Job, job=job, status=job.status)
-        job_dead_lettered.send(sender=Job, job=job, dead_letter=letter)
+        send_signal(job_finished, job=job, status=job.status)
+        send_signal(job_dead_lettered, job=job, dead_letter=letter)
         return letter
 
     def _bury_unknown(self, job: Job) -> None:

@@ -11,6 +11,10 @@ BASE_DIR = Path(__file__).resolve().parent
 SECRET_KEY = "tests-only-not-secret"
 DEBUG = False
 USE_TZ = True
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+# Tests that send mail capture it in django.core.mail.outbox (Django 6.1 warns without MAILERS).
+EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+MAILERS = {"default": {"BACKEND": "django.core.mail.backends.locmem.EmailBackend"}}
 TIME_ZONE = "UTC"
 ALLOWED_HOSTS = ["*"]
 

@@ -7,6 +7,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from django_debounce.exceptions import ConfigurationError
+from django_debounce.tasks import check_queue
 from django_debounce.worker import Worker
 
 
@@ -32,6 +34,18 @@ def positive_float(value: str) -> float:
     return number
 
 
+def queue_name(value: str) -> str:
+    """Parse one queue name: the rules of ``queue=`` on tasks, and no commas."""
+    if isinstance(value, str) and "," in value:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} looks like a list; repeat the flag instead: --queue a --queue b"
+        )
+    try:
+        return check_queue(value)
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 class Command(BaseCommand):
     help = "Run due django_debounce jobs (SIGTERM/SIGINT: finish running jobs, then exit)."
 
@@ -40,6 +54,7 @@ class Command(BaseCommand):
             "--queue",
             action="append",
             dest="queues",
+            type=queue_name,
             default=None,
             help="Serve this queue (repeatable). Default: every queue.",
         )
@@ -78,6 +93,11 @@ class Command(BaseCommand):
         queues = options["queues"]
         if isinstance(queues, str):  # call_command("run_debounce_worker", queues="mail")
             queues = [queues]
+        for queue in queues or ():
+            try:
+                queue_name(queue)
+            except argparse.ArgumentTypeError as exc:
+                raise CommandError(f"argument --queue: {exc}") from None
         Worker(
             queues=queues,
             concurrency=options["concurrency"],

@@ -1,0 +1,184 @@
+"""System checks: one test per id of docs/reference/checks.md, "defaults pass", and
+``manage.py check`` failing when the project is misconfigured."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.core.checks import ERROR, WARNING
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+from django.db.utils import ConnectionHandler
+
+from django_debounce import checks
+from django_debounce.conf import DEFAULTS
+
+#: ``manage.py check`` runs Django's model checks too; on Django 6.1 the JSONField check
+#: asks the SQLite backend whether it supports JSON, which opens a connection.
+CHECK_COMMAND = pytest.mark.django_db
+
+# Each case sets DEBOUNCE_* settings (on top of tests/settings.py, which sets LEASE=60s,
+# MIN_BACKOFF=5s, MAX_BACKOFF=5m) and expects exactly one error with this id.
+SETTING_ERRORS = [
+    pytest.param({"DEFAULT_WINDOW": "soon"}, "E001", id="E001-window-unparseable"),
+    pytest.param({"DEFAULT_MAX_WAIT": 0}, "E002", id="E002-max-wait-zero"),
+    pytest.param({"DEFAULT_WINDOW": "10m", "DEFAULT_MAX_WAIT": "5m"}, "E003", id="E003"),
+    pytest.param({"LEASE": -5}, "E004", id="E004-lease-negative"),
+    pytest.param({"MIN_BACKOFF": timedelta(0)}, "E005", id="E005-min-backoff-zero"),
+    pytest.param({"MAX_BACKOFF": "1 hour"}, "E006", id="E006-max-backoff-unparseable"),
+    pytest.param({"SHUTDOWN_GRACE": True}, "E007", id="E007-grace-bool"),
+    pytest.param({"MIN_BACKOFF": "10m", "MAX_BACKOFF": "1m"}, "E008", id="E008"),
+    pytest.param({"MAX_RETRIES": -1}, "E009", id="E009-negative"),
+    pytest.param({"MAX_RETRIES": "3"}, "E009", id="E009-str"),
+    pytest.param({"MAX_RETRIES": True}, "E009", id="E009-bool"),
+    pytest.param({"POLL_INTERVAL": 0}, "E010", id="E010-zero"),
+    pytest.param({"POLL_INTERVAL": "1"}, "E010", id="E010-str"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "code"), SETTING_ERRORS)
+def test_setting_error_has_id_and_hint(settings, overrides, code):
+    for name, value in overrides.items():
+        setattr(settings, f"DEBOUNCE_{name}", value)
+
+    messages = checks.check_settings()
+
+    assert [m.id for m in messages] == [f"django_debounce.{code}"]
+    (message,) = messages
+    assert message.level == ERROR
+    assert message.hint
+    # The message names the setting at fault.
+    assert any(f"DEBOUNCE_{name}" in message.msg for name in overrides)
+
+
+def test_every_setting_error_id_is_exercised():
+    """The table above covers E001-E010: a new id without a test fails here."""
+    covered = {param.values[1] for param in SETTING_ERRORS}
+    assert covered == {f"E{n:03d}" for n in range(1, 11)}
+
+
+def test_valid_non_default_settings_pass(settings):
+    settings.DEBOUNCE_DEFAULT_WINDOW = "5m"
+    settings.DEBOUNCE_DEFAULT_MAX_WAIT = timedelta(minutes=5)  # equal to the window: allowed
+    settings.DEBOUNCE_LEASE = 30
+    settings.DEBOUNCE_MIN_BACKOFF = "250ms"
+    settings.DEBOUNCE_MAX_BACKOFF = "1h30m"
+    settings.DEBOUNCE_SHUTDOWN_GRACE = 2.5
+    settings.DEBOUNCE_MAX_RETRIES = 0
+    settings.DEBOUNCE_POLL_INTERVAL = 0.25
+
+    assert checks.check_settings() == []
+
+
+@CHECK_COMMAND
+def test_defaults_pass(settings):
+    for name in DEFAULTS:
+        if hasattr(settings, f"DEBOUNCE_{name}"):
+            delattr(settings, f"DEBOUNCE_{name}")
+
+    assert checks.check_settings() == []
+    # The test databases are configured as the docs ask (SQLite IMMEDIATE, or PostgreSQL).
+    assert checks.check_database_settings() == []
+    out, err = StringIO(), StringIO()
+    call_command("check", stdout=out, stderr=err)
+    assert "django_debounce" not in out.getvalue() + err.getvalue()
+
+
+@CHECK_COMMAND
+def test_check_command_fails_when_misconfigured(settings):
+    settings.DEBOUNCE_LEASE = "soon"
+    settings.DEBOUNCE_MAX_RETRIES = -1
+
+    with pytest.raises(SystemCheckError) as raised:
+        call_command("check", stdout=StringIO(), stderr=StringIO())
+
+    text = str(raised.value)
+    assert "django_debounce.E004" in text
+    assert "django_debounce.E009" in text
+    assert "HINT:" in text
+
+
+# -- database checks (W001, W002) ------------------------------------------------------
+#
+# These checks read each alias's ``vendor`` and ``OPTIONS`` without connecting. The test
+# databases are configured correctly and ``override_settings(DATABASES=...)`` does not
+# rebuild ``django.db.connections`` (Django warns against it), so each test builds its own
+# real ``ConnectionHandler`` from a DATABASES dict and points the check module at it.
+# W001 uses real SQLite wrappers. For W002 the MySQL backend cannot be loaded here (no
+# mysqlclient driver is installed, and CI has no MySQL cell), so a SQLite wrapper is
+# given ``vendor = "mysql"``: the check's inputs are exactly (vendor, OPTIONS), and those
+# are what the test controls.
+
+
+@pytest.fixture
+def databases(monkeypatch, tmp_path) -> Iterator[Any]:
+    """Return ``install(DATABASES, mysql=())``: make the checks see these aliases."""
+    handlers: list[ConnectionHandler] = []
+
+    def install(config: dict[str, dict[str, Any]], mysql: tuple[str, ...] = ()) -> None:
+        full = {
+            alias: {"ENGINE": "django.db.backends.sqlite3", "NAME": str(tmp_path / f"{alias}.db")}
+            | entry
+            for alias, entry in config.items()
+        }
+        handler = ConnectionHandler(full)
+        for alias in mysql:
+            handler[alias].vendor = "mysql"
+        handlers.append(handler)
+        monkeypatch.setattr(checks, "connections", handler)
+
+    yield install
+    for handler in handlers:
+        handler.close_all()
+
+
+def test_w001_sqlite_without_immediate_transactions(databases):
+    databases(
+        {
+            "default": {},
+            "deferred": {"OPTIONS": {"transaction_mode": "DEFERRED"}},
+            "immediate": {"OPTIONS": {"transaction_mode": "IMMEDIATE"}},
+            "lowercase": {"OPTIONS": {"transaction_mode": "immediate", "timeout": 20}},
+        }
+    )
+
+    messages = checks.check_database_settings()
+
+    assert [m.id for m in messages] == ["django_debounce.W001"] * 2
+    assert ["'default'" in messages[0].msg, "'deferred'" in messages[1].msg] == [True, True]
+    assert all(m.level == WARNING and "IMMEDIATE" in m.hint for m in messages)
+
+
+def test_w002_mysql_without_read_committed(databases):
+    databases(
+        {
+            "default": {"OPTIONS": {"transaction_mode": "IMMEDIATE"}},
+            "mysql_default": {},
+            "mysql_repeatable": {"OPTIONS": {"isolation_level": "repeatable read"}},
+            "mysql_ok": {"OPTIONS": {"isolation_level": "READ COMMITTED"}},
+        },
+        mysql=("mysql_default", "mysql_repeatable", "mysql_ok"),
+    )
+
+    messages = checks.check_database_settings()
+
+    assert [m.id for m in messages] == ["django_debounce.W002"] * 2
+    assert "'mysql_default'" in messages[0].msg
+    assert "'mysql_repeatable'" in messages[1].msg
+    assert all(m.level == WARNING and "read committed" in m.hint for m in messages)
+
+
+@CHECK_COMMAND
+def test_check_command_reports_database_warning(databases):
+    databases({"default": {}})
+
+    out, err = StringIO(), StringIO()
+    call_command("check", stdout=out, stderr=err)  # a warning alone does not fail
+    assert "django_debounce.W001" in out.getvalue() + err.getvalue()
+
+    with pytest.raises(SystemCheckError, match=r"django_debounce\.W001"):
+        call_command("check", fail_level="WARNING", stdout=StringIO(), stderr=StringIO())
