@@ -140,8 +140,12 @@ def claim_jobs(
     lease: timedelta,
     queues: Sequence[str] | None = None,
     using: str = DEFAULT_DB_ALIAS,
+    peek: bool = False,
 ) -> list[Job]:
     """Claim up to ``limit`` due jobs for ``worker_id`` in one transaction.
+
+    With ``peek``, first look (without locks) whether anything is claimable and
+    return ``[]`` at once if not: cheaper for a worker that expects an idle queue.
 
     Returns the claimed jobs as they are after the claim (RUNNING, attempts
     counted, lease set), in claim order.
@@ -149,6 +153,10 @@ def claim_jobs(
     if limit <= 0:
         return []
     features = connections[using].features
+    if peek and not claimable_jobs(timezone.now(), queues).using(using).exists():
+        # Nothing due: answer without a locking transaction (on SQLite an IMMEDIATE
+        # transaction takes the database's write lock and would stall producers).
+        return []
     with transaction.atomic(using=using):
         now = timezone.now()
         qs = claimable_jobs(now, queues).using(using)
@@ -250,12 +258,17 @@ def reclaim_expired_leases(
     """
     features = connections[using].features
     letters: list[DeadLetter] = []
+    lapsed = Job.objects.using(using).filter(
+        status=Status.RUNNING, lease_expires_at__lte=timezone.now()
+    )
+    exclude = list(exclude_ids)
+    if not lapsed.exclude(pk__in=exclude).exists():  # the usual case: no lock taken
+        return 0, 0
     with transaction.atomic(using=using):
         now = timezone.now()
         # A lease is live while lease_expires_at > now (as in claimable_jobs), so it has
         # lapsed at lease_expires_at itself: reclaim then, before a later job of the key runs.
         qs = Job.objects.using(using).filter(status=Status.RUNNING, lease_expires_at__lte=now)
-        exclude = list(exclude_ids)
         if exclude:
             qs = qs.exclude(pk__in=exclude)
         if features.has_select_for_update_skip_locked:
@@ -370,6 +383,7 @@ class Worker:
         self.processed = 0
         self._claimed_total = 0
         self._next_maintenance = 0.0
+        self._idle = True
         self._stopping = threading.Event()
         self._signals_seen = 0
         self._done: queue_module.Queue[int | None] = queue_module.Queue()
@@ -446,13 +460,17 @@ class Worker:
         self._next_maintenance = time.monotonic() + min(self.poll_interval, 1.0)
 
     def _claim(self, limit: int) -> list[Job]:
-        return claim_jobs(
+        jobs = claim_jobs(
             worker_id=self.worker_id,
             limit=limit,
             lease=self.lease,
             queues=self.queues,
             using=self.using,
+            peek=self._idle,
         )
+        # After a short batch the queue is probably drained: peek before locking next time.
+        self._idle = len(jobs) < limit
+        return jobs
 
     def _run_inline(self) -> None:
         self._maintain()

@@ -1,0 +1,1 @@
+"""The example project: a docs site whose pages are rebuilt, debounced, when files change."""
