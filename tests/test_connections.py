@@ -60,7 +60,9 @@ def test_b34_worker_reconnects(tmp_path, conn_max_age):
         jobs = [work.delay(f"after-{i}").pk for i in range(3)]
         wait_for(_all_done(jobs, worker), timeout=60, what="the jobs after the kill")
         assert worker.alive(), worker.tail()
-        after = pg_backends(name)
+        # With CONN_MAX_AGE=0 the loop closes and reopens its connection every poll, so
+        # wait for a backend instead of sampling the one instant it may have none.
+        after = wait_for(lambda: pg_backends(name), timeout=10, what="the worker's new backends")
         assert after, "the worker reconnected"
         assert not {pid for pid, _ in before} & {pid for pid, _ in after}
 
