@@ -6,15 +6,19 @@ import os
 from pathlib import Path
 
 import dj_database_url
+import django
 
 BASE_DIR = Path(__file__).resolve().parent
 SECRET_KEY = "tests-only-not-secret"
 DEBUG = False
 USE_TZ = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-# Tests that send mail capture it in django.core.mail.outbox (Django 6.1 warns without MAILERS).
-EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
-MAILERS = {"default": {"BACKEND": "django.core.mail.backends.locmem.EmailBackend"}}
+# Tests that send mail capture it in django.core.mail.outbox. Django 6.1 configures mail
+# with MAILERS (and warns without it) and refuses EMAIL_BACKEND beside it.
+if django.VERSION >= (6, 1):
+    MAILERS = {"default": {"BACKEND": "django.core.mail.backends.locmem.EmailBackend"}}
+else:
+    EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
 TIME_ZONE = "UTC"
 ALLOWED_HOSTS = ["*"]
 
