@@ -643,7 +643,7 @@ class Worker:
             # caller's transaction stays usable and the outcome can be recorded; any other
             # exception keeps the task's writes, as they would be kept in autocommit.
             savepoint = (
-                transaction.savepoint(using=self.using)
+                connections[self.using].savepoint()  # transaction.savepoint(): deprecated in 6.1
                 if connections[self.using].in_atomic_block
                 else None
             )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -32,6 +33,21 @@ def positive_float(value: str) -> float:
     if not number > 0:
         raise argparse.ArgumentTypeError(f"{value!r} must be greater than 0")
     return number
+
+
+def _log_to_console(verbosity: int) -> None:
+    """Show the worker's log on stderr when the project has not configured any handler for it.
+
+    Django's default logging leaves ``django_debounce`` without a handler, so a
+    worker would print nothing. Verbosity 0 stays silent; 2 or more adds DEBUG.
+    """
+    logger = logging.getLogger("django_debounce")
+    if verbosity < 1 or logger.hasHandlers():
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG if verbosity >= 2 else logging.INFO)
 
 
 def queue_name(value: str) -> str:
@@ -90,6 +106,7 @@ class Command(BaseCommand):
                 except argparse.ArgumentTypeError as exc:
                     flag = "--" + name.replace("_", "-")
                     raise CommandError(f"argument {flag}: {exc}") from None
+        _log_to_console(options.get("verbosity", 1))
         queues = options["queues"]
         if isinstance(queues, str):  # call_command("run_debounce_worker", queues="mail")
             queues = [queues]

@@ -175,7 +175,7 @@ class Command(BaseCommand):
         self.summary = summary
         self.stdout.write(
             self.style.SUCCESS(
-                f"Replayed {summary.events:,} events in {summary.wall_seconds:.1f} s ({mode})"
+                f"Replayed {summary.events:,} events in {summary.wall_seconds:.1f} s of wall-clock time ({mode})"
             )
         )
         for line in summary.lines():
