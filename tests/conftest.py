@@ -19,6 +19,8 @@ import time_machine
 from django.core.management import call_command
 from django.db import connection
 
+from django_debounce import signals
+
 REQUIRE_SERVICES = os.environ.get("DEBOUNCE_REQUIRE_SERVICES") == "1"
 
 #: The fixed instant T of the field reports.
@@ -93,3 +95,21 @@ def child_env(**extra: str) -> dict[str, str]:
         env["DEBOUNCE_TEST_SQLITE"] = str(connection.settings_dict["NAME"])
     env.update(extra)
     return env
+
+
+@pytest.fixture
+def signal_log():
+    """Record every django_debounce signal as ``(name, kwargs, job status when sent)``."""
+    seen: list[tuple[str, dict[str, Any], str]] = []
+    receivers = []
+    for name in ("job_enqueued", "job_started", "job_finished", "job_dead_lettered"):
+
+        def receiver(sender: Any, name: str = name, **kwargs: Any) -> None:
+            kwargs.pop("signal")
+            seen.append((name, {"sender": sender, **kwargs}, kwargs["job"].status))
+
+        getattr(signals, name).connect(receiver, weak=False)
+        receivers.append((getattr(signals, name), receiver))
+    yield seen
+    for signal, receiver in receivers:
+        signal.disconnect(receiver)

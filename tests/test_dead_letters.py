@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from django_debounce import codec, signals
+from django_debounce import codec
 from django_debounce.models import DeadLetter, Job
 from tests.conftest import T
 from tests.factories import DeadLetterFactory, JobFactory
@@ -68,24 +68,6 @@ def received():
     RECEIVED.clear()
     yield RECEIVED
     RECEIVED.clear()
-
-
-@pytest.fixture
-def signal_log():
-    """Record every django_debounce signal as ``(name, kwargs, job status when sent)``."""
-    seen: list[tuple[str, dict[str, Any], str]] = []
-    receivers = []
-    for name in ("job_enqueued", "job_started", "job_finished", "job_dead_lettered"):
-
-        def receiver(sender: Any, name: str = name, **kwargs: Any) -> None:
-            kwargs.pop("signal")
-            seen.append((name, {"sender": sender, **kwargs}, kwargs["job"].status))
-
-        getattr(signals, name).connect(receiver, weak=False)
-        receivers.append((getattr(signals, name), receiver))
-    yield seen
-    for signal, receiver in receivers:
-        signal.disconnect(receiver)
 
 
 def fail_one_window(clock, burst, task) -> tuple[Job, DeadLetter]:

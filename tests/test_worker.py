@@ -10,7 +10,6 @@ from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from django_debounce import signals
 from django_debounce.models import Job
 from django_debounce.worker import Worker, claim_jobs
 from tests.conftest import T
@@ -31,24 +30,6 @@ def tags() -> list[str]:
 
 def tag_job(name: str, **fields: Any) -> Job:
     return JobFactory(task_name="wrk.tag", args=[name], **fields)
-
-
-@pytest.fixture
-def signal_log():
-    """Record every django_debounce signal as ``(name, kwargs, job status when sent)``."""
-    seen: list[tuple[str, dict[str, Any], str]] = []
-    receivers = []
-    for name in ("job_enqueued", "job_started", "job_finished", "job_dead_lettered"):
-
-        def receiver(sender: Any, name: str = name, **kwargs: Any) -> None:
-            kwargs.pop("signal")
-            seen.append((name, {"sender": sender, **kwargs}, kwargs["job"].status))
-
-        getattr(signals, name).connect(receiver, weak=False)
-        receivers.append((getattr(signals, name), receiver))
-    yield seen
-    for signal, receiver in receivers:
-        signal.disconnect(receiver)
 
 
 # -- claim order and due jobs ------------------------------------------------------
