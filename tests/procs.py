@@ -230,17 +230,19 @@ def pg_backends(name: str) -> list[tuple[int, str]]:
         return [(int(pid), str(state)) for pid, state in cursor.fetchall()]
 
 
-def pg_terminate(name: str) -> int:
-    """Terminate every backend of ``application_name`` ``name``; return how many."""
+def pg_terminate(name: str) -> list[int]:
+    """Terminate every backend of ``application_name`` ``name``; return their pids."""
     from django.db import connection
 
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            # In the select list, not the WHERE clause: the planner may evaluate
+            # WHERE conditions in any order, and must never terminate other backends.
+            "SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE application_name = %s",
             [name],
         )
-        return int(cursor.fetchone()[0])
+        return [int(pid) for pid, terminated in cursor.fetchall() if terminated]
 
 
 def freeze_outside_transaction(proc: Proc, *, pg_app_name: str | None, tries: int = 100) -> None:
