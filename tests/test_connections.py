@@ -70,9 +70,7 @@ def test_b34_worker_reconnects(tmp_path, conn_max_age):
         worker.send(signal.SIGTERM)
         assert worker.wait(30) == 0, worker.tail()
 
-    print(
-        f"\n[b34 CONN_MAX_AGE={conn_max_age}] killed {len(killed)} backend(s)"
-    )
+    print(f"\n[b34 CONN_MAX_AGE={conn_max_age}] killed {len(killed)} backend(s)")
     assert Job.objects.filter(status=Job.Status.FAILED).count() == 0
     assert DeadLetter.objects.count() == 0
     # No run was spent on a dead connection: each job ran once, first time.
