@@ -105,6 +105,15 @@ class Job(models.Model):
     worker_id = models.CharField(max_length=255, blank=True, default="")
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     """While RUNNING: the claim's lease; a worker renews it, another reclaims after it (§7)."""
+    depends_on = models.ManyToManyField(
+        "self",
+        through="JobDependency",
+        through_fields=("job", "dependency"),
+        symmetrical=False,
+        related_name="dependents",
+        blank=True,
+    )
+    """Jobs that must be SUCCESSFUL before this one runs (§6); ``job.dependents`` is the reverse."""
 
     objects = JobQuerySet.as_manager()
 
@@ -142,6 +151,84 @@ class Job(models.Model):
         return "quiet"
 
 
+class OpenWindow(Job):
+    """The open debounce windows (§4.1, §9): a proxy of :class:`Job` for the admin."""
+
+    class Meta:
+        proxy = True
+        verbose_name = _("open window")
+        verbose_name_plural = _("open windows")
+
+
+class JobDependency(models.Model):
+    """One edge of ``Job.depends_on``: ``job`` runs only after ``dependency`` succeeded (§6)."""
+
+    id = models.BigAutoField(primary_key=True)
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="dependency_links")
+    dependency = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="dependent_links")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job", "dependency"], name="debounce_dep_unique")
+        ]
+        # The FK indexes cover both directions: "what does job X wait for" (claim)
+        # and "who waits for X" (cancelling dependents).
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} after job {self.dependency_id}"
+
+
+class TaskState(models.Model):
+    """Deployment-wide flow-control state of one task name (§6).
+
+    One row per task name that has a rate limit, a concurrency cap or a
+    circuit breaker. Workers lock the row (``SELECT … FOR UPDATE``) in the
+    claim transaction, so every worker process on every machine sees and
+    updates one token bucket and one breaker.
+    """
+
+    class BreakerState(models.TextChoices):
+        """Circuit-breaker states (closed: runs; open: deferred; half-open: one probe)."""
+
+        CLOSED = "closed", _("Closed")
+        OPEN = "open", _("Open")
+        HALF_OPEN = "half_open", _("Half-open")
+
+    task_name = models.CharField(max_length=255, primary_key=True)
+    tokens = models.FloatField(null=True, blank=True)
+    """Token bucket level at ``tokens_at`` (NULL: never used, i.e. full)."""
+    tokens_at = models.DateTimeField(null=True, blank=True)
+    breaker_state = models.CharField(
+        max_length=10, choices=BreakerState.choices, default=BreakerState.CLOSED
+    )
+    failures = models.PositiveIntegerField(default=0)
+    """Consecutive failed runs (a success resets it)."""
+    opened_at = models.DateTimeField(null=True, blank=True)
+    """When the breaker last opened; ``reset`` counts from here."""
+    probe_job_id = models.BigIntegerField(null=True, blank=True)
+    """While half-open: the job running as the probe."""
+
+    def __str__(self) -> str:
+        return f"{self.task_name} flow state"
+
+
+class QueueState(models.Model):
+    """Deployment-wide CoDel state of one queue (§6, RFC 8289 §5), shared by its workers."""
+
+    queue = models.CharField(max_length=100, primary_key=True)
+    first_above_at = models.DateTimeField(null=True, blank=True)
+    """When the sojourn time will have stayed above target for a full interval (RFC ``first_above_time``)."""
+    dropping = models.BooleanField(default=False)
+    drop_next_at = models.DateTimeField(null=True, blank=True)
+    drop_count = models.PositiveIntegerField(default=0)
+    """Drops in the current dropping state (RFC ``count``)."""
+    last_drop_count = models.PositiveIntegerField(default=0)
+    """``drop_count`` when the last dropping state ended (RFC ``lastcount``)."""
+
+    def __str__(self) -> str:
+        return f"{self.queue} CoDel state"
+
+
 class DeadLetter(models.Model):
     """The record of a job that will not run again on its own (§8)."""
 
@@ -164,6 +251,8 @@ class DeadLetter(models.Model):
     retry_job = models.ForeignKey(
         Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    retry_depth = models.PositiveIntegerField(default=0)
+    """How many dead-letter retries led to this entry's job (0: its job was never a retry)."""
 
     class Meta:
         ordering = ["-created_at", "-id"]
