@@ -10,6 +10,8 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
+from .breaker import CircuitBreaker
+from .context import JobContext
 from .tasks import Task, debounced_task, task
 
 if TYPE_CHECKING:
@@ -20,7 +22,15 @@ try:
 except PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0+unknown"
 
-__all__ = ["Task", "__version__", "debounced_task", "enqueue", "task"]
+__all__ = [
+    "CircuitBreaker",
+    "JobContext",
+    "Task",
+    "__version__",
+    "debounced_task",
+    "enqueue",
+    "task",
+]
 
 
 def enqueue(task_name: str, args: Any = (), kwargs: Any = None, **options: Any) -> Job:

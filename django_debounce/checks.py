@@ -11,7 +11,7 @@ from django.conf import settings as django_settings
 from django.core.checks import CheckMessage, Error, Warning, register
 from django.db import connections
 
-from .conf import DEFAULTS
+from .conf import DEFAULTS, parse_auto_retry, parse_queues
 from .durations import parse_duration
 from .exceptions import ConfigurationError
 
@@ -146,3 +146,43 @@ def check_use_tz(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
             id="django_debounce.E011",
         )
     ]
+
+
+@register()
+def check_queues(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """E012: ``DEBOUNCE_QUEUES`` must parse (CoDel target/interval per queue, §6, §11)."""
+    try:
+        parse_queues(_setting("QUEUES"))
+    except ConfigurationError as exc:
+        return [
+            Error(
+                str(exc),
+                hint=(
+                    'Use {"queue": {"codel": {"target": "500ms", "interval": "5s"}}}: both '
+                    "durations longer than zero, the target shorter than the interval "
+                    "(RFC 8289 suggests 5-10% of it), no other keys."
+                ),
+                id="django_debounce.E012",
+            )
+        ]
+    return []
+
+
+@register()
+def check_dead_letter_auto_retry(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """E013: ``DEBOUNCE_DEAD_LETTER_AUTO_RETRY`` must be None or parse (§8, §11)."""
+    try:
+        parse_auto_retry(_setting("DEAD_LETTER_AUTO_RETRY"))
+    except ConfigurationError as exc:
+        return [
+            Error(
+                str(exc),
+                hint=(
+                    'Use None (off) or {"every": "10m", "min_age": "10m", "max_retries": 3}: '
+                    "every and min_age durations longer than zero, max_retries an int >= 1, "
+                    "no other keys."
+                ),
+                id="django_debounce.E013",
+            )
+        ]
+    return []

@@ -6,12 +6,15 @@ works in tests. Validation lives in :mod:`django_debounce.checks`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings as django_settings
 
 from .durations import DurationLike, parse_duration
+from .exceptions import ConfigurationError
 
 #: Defaults for every ``DEBOUNCE_*`` setting (documented in docs/reference/settings.md).
 DEFAULTS: dict[str, Any] = {
@@ -35,6 +38,95 @@ DEFAULTS: dict[str, Any] = {
     "QUEUES": {},
     "DEAD_LETTER_AUTO_RETRY": None,
 }
+
+
+@dataclass(frozen=True)
+class CodelSettings:
+    """One queue's CoDel parameters (§6, §11; RFC 8289 §4 ``TARGET``/``INTERVAL``).
+
+    Attributes:
+        target: the acceptable standing wait of a job, from its ``run_at`` to
+            its claim (RFC ``TARGET``).
+        interval: how long the wait must stay above ``target`` before the
+            queue starts shedding, and the base of the drop spacing
+            ``interval / sqrt(count)`` (RFC ``INTERVAL``). Longer than ``target``.
+    """
+
+    target: timedelta
+    interval: timedelta
+
+
+#: Keys a ``DEBOUNCE_QUEUES`` entry may hold, and keys of its ``"codel"`` dict.
+QUEUE_KEYS = ("codel",)
+CODEL_KEYS = ("target", "interval")
+
+
+def parse_queues(value: Any) -> dict[str, CodelSettings]:
+    """Validate ``DEBOUNCE_QUEUES`` and return the CoDel settings of each queue that has them.
+
+    Args:
+        value: the setting, e.g. ``{"default": {"codel": {"target": "500ms",
+            "interval": "5s"}}}``: queue name -> options dict. The only option is
+            ``"codel"``: a dict with the durations ``"target"`` and ``"interval"``
+            (both required), or ``None`` for off. ``None`` for the whole setting
+            means no per-queue options.
+
+    Returns:
+        Queue name -> :class:`CodelSettings`, for queues with CoDel on only.
+
+    Raises:
+        ConfigurationError: the setting is not a dict of dicts; a queue name is
+            not a non-empty string; an unknown option key; ``"codel"`` is not a
+            dict, misses ``target``/``interval`` or has other keys; a duration is
+            invalid or not positive; ``target`` is not shorter than ``interval``.
+    """
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(
+            f"DEBOUNCE_QUEUES={value!r} must be a dict of queue name -> options, e.g. "
+            '{"default": {"codel": {"target": "500ms", "interval": "5s"}}}.'
+        )
+    result: dict[str, CodelSettings] = {}
+    for queue, options in value.items():
+        where = f"DEBOUNCE_QUEUES[{queue!r}]"
+        if not isinstance(queue, str) or not queue or len(queue) > 100:
+            raise ConfigurationError(
+                f"{where}: a queue name must be a non-empty str of at most 100 characters."
+            )
+        if not isinstance(options, Mapping):
+            raise ConfigurationError(
+                f'{where}={options!r} must be a dict of options, e.g. {{"codel": {{...}}}}.'
+            )
+        unknown = sorted(str(key) for key in options if key not in QUEUE_KEYS)
+        if unknown:
+            raise ConfigurationError(
+                f"{where}: unknown option(s) {unknown}; accepted: {', '.join(QUEUE_KEYS)}."
+            )
+        codel = options.get("codel")
+        if codel is None:
+            continue
+        if not isinstance(codel, Mapping):
+            raise ConfigurationError(
+                f'{where}["codel"]={codel!r} must be a dict like '
+                '{"target": "500ms", "interval": "5s"}, or None for off.'
+            )
+        unknown = sorted(str(key) for key in codel if key not in CODEL_KEYS)
+        missing = [key for key in CODEL_KEYS if key not in codel]
+        if unknown or missing:
+            raise ConfigurationError(
+                f'{where}["codel"] needs exactly the keys target and interval '
+                f"(missing: {missing or 'none'}; unknown: {unknown or 'none'})."
+            )
+        target = parse_duration(codel["target"], name=f'{where}["codel"]["target"]')
+        interval = parse_duration(codel["interval"], name=f'{where}["codel"]["interval"]')
+        if target >= interval:
+            raise ConfigurationError(
+                f'{where}["codel"]: target ({target}) must be shorter than interval ({interval}); '
+                "RFC 8289 suggests a target of 5–10% of the interval."
+            )
+        result[queue] = CodelSettings(target=target, interval=interval)
+    return result
 
 
 class Settings:
@@ -98,6 +190,89 @@ class Settings:
     def enqueue_retries(self) -> int:
         """``DEBOUNCE_ENQUEUE_RETRIES``: attempts before ``EnqueueContentionError`` (default 20)."""
         return int(self._get("ENQUEUE_RETRIES"))
+
+    @property
+    def dead_letter_auto_retry(self) -> AutoRetry | None:
+        """``DEBOUNCE_DEAD_LETTER_AUTO_RETRY``: the automatic retry sweep (§8, §11); None: off.
+
+        Raises:
+            ConfigurationError: the setting is malformed (see :func:`parse_auto_retry`).
+        """
+        return parse_auto_retry(self._get("DEAD_LETTER_AUTO_RETRY"))
+
+    @property
+    def codel(self) -> dict[str, CodelSettings]:
+        """``DEBOUNCE_QUEUES``: queue name -> CoDel settings, for queues with CoDel on (§6).
+
+        Raises:
+            ConfigurationError: the setting is invalid (see :func:`parse_queues`).
+        """
+        return parse_queues(self._get("QUEUES"))
+
+
+@dataclass(frozen=True)
+class AutoRetry:
+    """The parsed ``DEBOUNCE_DEAD_LETTER_AUTO_RETRY`` setting (§8, §11).
+
+    Attributes:
+        every: how often a worker runs the sweep (at most once per ``every``,
+            plus once at the start of every ``--burst``).
+        min_age: an entry is retried once it is at least this old
+            (``created_at <= now - min_age``).
+        max_retries: how many automatic retries one job's chain of retries
+            gets: an entry is retried while its ``retry_depth`` is below it.
+    """
+
+    every: timedelta
+    min_age: timedelta
+    max_retries: int
+
+
+#: Values of the keys left out of ``DEBOUNCE_DEAD_LETTER_AUTO_RETRY`` (the contract's example, §11).
+AUTO_RETRY_DEFAULTS: dict[str, Any] = {"every": "10m", "min_age": "10m", "max_retries": 3}
+
+
+def parse_auto_retry(value: Any) -> AutoRetry | None:
+    """Parse ``DEBOUNCE_DEAD_LETTER_AUTO_RETRY`` (§11).
+
+    Args:
+        value: ``None`` (the sweep is off), or a dict with any of the keys
+            ``every`` and ``min_age`` (durations, §2) and ``max_retries``
+            (int >= 1); a key left out takes its value from
+            ``{"every": "10m", "min_age": "10m", "max_retries": 3}``.
+
+    Returns:
+        The parsed setting, or ``None`` when the sweep is off.
+
+    Raises:
+        ConfigurationError: not a dict, an unknown key, a duration that does
+            not parse or is not positive, or ``max_retries`` not an int >= 1.
+    """
+    name = "DEBOUNCE_DEAD_LETTER_AUTO_RETRY"
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ConfigurationError(
+            f"{name}={value!r} must be None (off) or a dict such as "
+            '{"every": "10m", "min_age": "10m", "max_retries": 3}.'
+        )
+    unknown = sorted(set(value) - set(AUTO_RETRY_DEFAULTS), key=str)
+    if unknown:
+        raise ConfigurationError(
+            f"{name} has unknown key(s) {unknown}; the keys are every, min_age and max_retries."
+        )
+    merged = {**AUTO_RETRY_DEFAULTS, **value}
+    retries = merged["max_retries"]
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 1:
+        raise ConfigurationError(
+            f'{name}["max_retries"]={retries!r} must be an int >= 1 (automatic retries along '
+            "one job's chain); set the whole setting to None to turn the sweep off."
+        )
+    return AutoRetry(
+        every=parse_duration(merged["every"], name=f'{name}["every"]'),
+        min_age=parse_duration(merged["min_age"], name=f'{name}["min_age"]'),
+        max_retries=retries,
+    )
 
 
 settings = Settings()

@@ -27,9 +27,10 @@ from django.utils import timezone
 
 from . import codec, keys, registry, upsert
 from .conf import settings
+from .dependencies import CANCELLING_STATUSES, cancel_dependents
 from .durations import parse_duration
 from .exceptions import ConfigurationError, EnqueueContentionError
-from .models import Job
+from .models import Job, JobDependency
 from .signals import job_enqueued, send_signal
 from .tasks import check_priority, check_queue, check_window
 
@@ -81,6 +82,7 @@ class Plan:
     merge: MergeFunction | None = None
     unique_key: str | None = None
     unique_lock: str | None = None
+    depends_on: tuple[int, ...] = ()
 
 
 def enqueue(
@@ -156,12 +158,8 @@ def plan_call(
         raise ConfigurationError(f"args must be a tuple or list, got {type(args).__name__}.")
     if not isinstance(kwargs, Mapping):
         raise ConfigurationError(f"kwargs must be a dict, got {type(kwargs).__name__}.")
-    if options.get("depends_on"):
-        raise ConfigurationError(
-            "depends_on is not supported by this release yet; enqueue the dependent job from "
-            "the dependency's task instead."
-        )
     where = f"enqueue of {task_name!r}"
+    depends_on = _dependency_ids(options.get("depends_on"), where)
     defaults = task.options if task is not None else None
 
     # Debounce: the call's options override the task's (§2).
@@ -340,7 +338,47 @@ def plan_call(
         merge=merge,
         unique_key=unique_key,
         unique_lock=keys.window_hash(task_name, unique_key) if unique_key is not None else None,
+        depends_on=depends_on,
     )
+
+
+def _dependency_ids(value: Any, where: str) -> tuple[int, ...]:
+    """Return the job ids of a ``depends_on=`` option (§6), in order, without duplicates.
+
+    Accepts a list or tuple of :class:`Job` instances (saved) and/or integer
+    ids; ``None`` or an empty list means no dependencies. Only the shape is
+    checked here (no SQL); that the jobs exist is checked in :func:`write`.
+
+    Raises:
+        ConfigurationError: not a list/tuple, or an element that is neither a
+            saved ``Job`` nor a positive ``int``.
+    """
+    if value is None:
+        return ()
+    if not isinstance(value, list | tuple):
+        raise ConfigurationError(
+            f"{where}: depends_on must be a list of jobs or job ids, got "
+            f"{type(value).__name__}; wrap a single job in a list: depends_on=[job]."
+        )
+    ids: dict[int, None] = {}
+    for item in value:
+        if isinstance(item, Job):
+            if item.pk is None:
+                raise ConfigurationError(
+                    f"{where}: depends_on holds an unsaved Job; enqueue the dependency first."
+                )
+            ids[item.pk] = None
+        elif isinstance(item, int) and not isinstance(item, bool) and item > 0:
+            ids[item] = None
+        else:
+            raise ConfigurationError(
+                f"{where}: depends_on element {item!r} is neither a Job nor a job id (int >= 1)."
+            )
+    return tuple(ids)
+
+
+class _StaleWindowError(Exception):
+    """The key's open window (or coalescing job) is past its expiry: end it, then retry."""
 
 
 def write(plan: Plan, now: datetime, using: str | None = None) -> Job:
@@ -354,16 +392,24 @@ def write(plan: Plan, now: datetime, using: str | None = None) -> Job:
     budget = max(1, settings.enqueue_retries)
     last: Exception | None = None
     fast = plan.window_key is not None and plan.merge is None and upsert.supported(db)
-    single = fast or (plan.window_key is None and plan.unique_lock is None)
+    # Dependency edges are written beside the job, so such a call needs a transaction.
+    single = not plan.depends_on and (
+        fast or (plan.window_key is None and plan.unique_lock is None)
+    )
     for attempt in range(budget):
         try:
             if single and not transaction.get_connection(db).in_atomic_block:
                 # One statement is atomic on its own: no BEGIN/COMMIT round trips.
-                return upsert.slide_or_insert(plan, now, db) if fast else _write_once(plan, now, db)
+                return _slide_or_insert(plan, now, db) if fast else _write_once(plan, now, db)
             with transaction.atomic(using=db):  # a savepoint inside the caller's transaction
-                if fast:
-                    return upsert.slide_or_insert(plan, now, db)
-                return _write_once(plan, now, db)
+                doomed = _lock_dependencies(plan, db) if plan.depends_on else False
+                job = _slide_or_insert(plan, now, db) if fast else _write_once(plan, now, db)
+                if plan.depends_on and job.outcome == "created":
+                    _link_dependencies(job, plan, now, db, doomed)
+                return job
+        except _StaleWindowError:
+            _expire_stale(plan, now, db)
+            continue
         except (IntegrityError, OperationalError) as exc:
             if not is_contention(exc):
                 raise
@@ -413,18 +459,117 @@ def is_contention(exc: Exception) -> bool:
     return "locked" in text or "busy" in text or "deadlock" in text.lower()
 
 
+def _lock_dependencies(plan: Plan, db: str) -> bool:
+    """Lock the rows of ``plan.depends_on`` and return True if one already ended without success.
+
+    The lock (``SELECT … FOR UPDATE``, in id order) makes a dependency's own
+    final write wait until this enqueue commits, so the dependency's
+    :func:`~django_debounce.dependencies.cancel_dependents` then sees the new
+    edge: a job can never be left waiting on a dependency that failed
+    meanwhile (§6).
+
+    Raises:
+        ConfigurationError: an id names no job (nothing has been written).
+    """
+    found = dict(
+        Job.objects.using(db)
+        .select_for_update()
+        .filter(pk__in=plan.depends_on)
+        .order_by("pk")
+        .values_list("pk", "status")
+    )
+    missing = [pk for pk in plan.depends_on if pk not in found]
+    if missing:
+        raise ConfigurationError(
+            f"enqueue of {plan.task_name!r}: depends_on names job id(s) {missing} that do not "
+            "exist; pass jobs returned by an enqueue."
+        )
+    return any(status in CANCELLING_STATUSES for status in found.values())
+
+
+def _link_dependencies(job: Job, plan: Plan, now: datetime, db: str, doomed: bool) -> None:
+    """Write the new job's dependency edges; cancel it at once if a dependency already failed.
+
+    Only a call that created the job stores its dependencies: a slide keeps
+    the opener's (§4.2) and a coalesced call returns the existing job. A job
+    created after one of its dependencies ended FAILED, SHED, CANCELLED or
+    EXPIRED is created CANCELLED, as it would have been had it existed then (§6).
+    """
+    JobDependency.objects.using(db).bulk_create(
+        [JobDependency(job_id=job.pk, dependency_id=pk) for pk in plan.depends_on]
+    )
+    if doomed:
+        Job.objects.using(db).filter(pk=job.pk).update(
+            status=Job.Status.CANCELLED, finished_at=now, window_key=None, unique_lock=None
+        )
+        job.status, job.finished_at = Job.Status.CANCELLED, now
+        job.window_key = job.unique_lock = None
+        logger.info(
+            "job %s (%s) created CANCELLED: a dependency had already ended without success",
+            job.pk,
+            job.task_name,
+            extra={"action": "cancel_dependents", "job_id": job.pk},
+        )
+
+
+def _slide_or_insert(plan: Plan, now: datetime, db: str) -> Job:
+    job = upsert.slide_or_insert(plan, now, db)
+    if job is None:
+        raise _StaleWindowError
+    return job
+
+
+def _is_stale(job: Job, now: datetime) -> bool:
+    """True for a READY job already past its expiry: it will never run, so it takes no calls."""
+    return job.status == Job.Status.READY and job.expires_at is not None and job.expires_at <= now
+
+
+def _expire_stale(plan: Plan, now: datetime, db: str) -> None:
+    """End the key's stale open window (or coalescing job) EXPIRED, cancelling its dependents.
+
+    The worker would do the same at its next claim (§6, §11); doing it here lets
+    the call open a new window instead of sliding into one that will never run.
+    """
+    with transaction.atomic(using=db):
+        qs = (
+            Job.objects.using(db)
+            .select_for_update()
+            .filter(status=Job.Status.READY, expires_at__lte=now)
+        )
+        if plan.window_key is not None:
+            qs = qs.filter(window_key=plan.window_key)
+        else:
+            qs = qs.filter(unique_lock=plan.unique_lock)
+        ids = list(qs.values_list("pk", flat=True))
+        if not ids:
+            return  # a worker expired or claimed it meanwhile
+        Job.objects.using(db).filter(pk__in=ids).update(
+            status=Job.Status.EXPIRED, finished_at=now, window_key=None, unique_lock=None
+        )
+        cancel_dependents(ids, now=now, using=db)
+    logger.info(
+        "job(s) %s expired before a worker started them; the new call opens a new job",
+        ids,
+        extra={"action": "expire"},
+    )
+
+
 def _write_once(plan: Plan, now: datetime, db: str) -> Job:
     if plan.window_key is not None:
         found = list(
             Job.objects.using(db).select_for_update().filter(window_key=plan.window_key)[:1]
         )
         if found:
+            if _is_stale(found[0], now):
+                raise _StaleWindowError
             return _slide(found[0], plan, now, db)
     elif plan.unique_lock is not None:
         found = list(
             Job.objects.using(db).select_for_update().filter(unique_lock=plan.unique_lock)[:1]
         )
         if found:
+            if _is_stale(found[0], now):
+                raise _StaleWindowError
             found[0].outcome = "coalesced"
             return found[0]
     debounced = plan.window is not None

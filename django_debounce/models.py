@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import models, transaction
+from django.db import DEFAULT_DB_ALIAS, models, transaction
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -261,6 +261,22 @@ class DeadLetter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_name} dead letter #{self.pk}"
+
+    @staticmethod
+    def retry_depth_for(job: Job, *, using: str = DEFAULT_DB_ALIAS) -> int:
+        """Return the ``retry_depth`` of a dead letter about to be written for ``job``.
+
+        0 for a job no retry went to; otherwise one more than the deepest
+        entry whose ``retry_job`` is ``job`` (its parent in the chain of
+        retries). The automatic sweep retries an entry only while its depth is
+        below ``max_retries`` (§8, §11). One indexed query (``retry_job``).
+        """
+        parent = (
+            DeadLetter.objects.using(using)
+            .filter(retry_job=job.pk)
+            .aggregate(depth=models.Max("retry_depth"))["depth"]
+        )
+        return 0 if parent is None else parent + 1
 
     def retry(self, force: bool = False) -> Job | None:
         """Enqueue this entry's task and arguments again through the normal path (§8).

@@ -82,6 +82,7 @@ def shed_job(
         reason=reason,
         metadata=metadata,
         created_at=now,
+        retry_depth=DeadLetter.retry_depth_for(job, using=using),
     )
     cancel_dependents([job.pk], now=now, using=using)
     logger.info(

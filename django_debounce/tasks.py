@@ -10,7 +10,7 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
 from . import registry
 from .conf import settings
@@ -19,6 +19,8 @@ from .exceptions import ConfigurationError
 from .rates import parse_rate
 
 if TYPE_CHECKING:
+    from .breaker import CircuitBreaker
+    from .context import JobContext
     from .models import Job
 
 P = ParamSpec("P")
@@ -87,6 +89,36 @@ def _optional_duration(value: DurationLike | None, name: str) -> timedelta | Non
     return None if value is None else parse_duration(value, name=name)
 
 
+def call_signature(
+    func: Callable[..., Any], *, takes_context: bool, where: str = "task"
+) -> inspect.Signature:
+    """Return the signature a call of ``func`` binds against (key templates, §3).
+
+    With ``takes_context`` the first positional parameter receives the
+    :class:`~django_debounce.context.JobContext` and is left out, so ``{0}`` in
+    a key template is the first argument the caller passes. A function taking
+    only ``*args`` keeps its signature (the context is the first item of
+    ``args`` at run time and never part of a call's arguments).
+
+    Raises:
+        ConfigurationError: ``takes_context`` is set and ``func`` has no
+            positional parameter to receive the context.
+    """
+    signature = inspect.signature(func)
+    if not takes_context:
+        return signature
+    params = list(signature.parameters.values())
+    if params and params[0].kind in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD):
+        return signature.replace(parameters=params[1:])
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return signature
+    raise ConfigurationError(
+        f"{where}: takes_context=True passes a JobContext as the first positional argument, "
+        f"but the function's signature {signature} has no positional parameter for it; "
+        "add one first, e.g. def f(context, ...)."
+    )
+
+
 @dataclass(frozen=True)
 class TaskOptions:
     """A task's validated defaults; per-call options override them (§2)."""
@@ -105,16 +137,33 @@ class TaskOptions:
     min_backoff: timedelta | None = None
     max_backoff: timedelta | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    rate_limit: str | None = None
+    """Token-bucket rate ``"N/period"`` enforced at claim time across the deployment (§6)."""
+    rate_limit_burst: int | None = None
+    """Bucket capacity; ``None``: the N of ``rate_limit`` (§11)."""
+    on_excess: str = "defer"
+    """``"defer"`` (wait for a token, keeping ``run_at``) or ``"drop"`` (shed the job, §6)."""
+    concurrency: int | None = None
+    """Most jobs of the task RUNNING at once across the deployment; ``None``: no cap."""
+    circuit_breaker: CircuitBreaker | None = None
+    """The task's circuit breaker (§6), or ``None``."""
+    takes_context: bool = False
+    """The function receives a :class:`~django_debounce.context.JobContext` first."""
 
 
 class Task(Generic[P, R]):
     """A registered task: call it to run inline, ``delay``/``apply_async`` to enqueue."""
 
     def __init__(self, func: Callable[P, R], *, name: str, options: TaskOptions) -> None:
-        self.func = func
+        #: The decorated function; with ``takes_context`` it takes the context first.
+        self.func: Callable[..., R] = func
         self.name = name
         self.options = options
-        self.signature = inspect.signature(func)
+        #: The signature key templates bind against (§3): with ``takes_context``,
+        #: without the context parameter, so ``{0}`` is the first real argument.
+        self.signature = call_signature(
+            func, takes_context=options.takes_context, where=f"task {name!r}"
+        )
         self.is_async = inspect.iscoroutinefunction(func)
         self.__doc__ = func.__doc__
         self.__name__ = getattr(func, "__name__", name)
@@ -126,7 +175,20 @@ class Task(Generic[P, R]):
         return f"<Task {self.name}>"
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        """Run the function inline (no job); an ``async def`` task returns its coroutine."""
+        """Run the function inline (no job); an ``async def`` task returns its coroutine.
+
+        With ``takes_context=True`` the function receives
+        :meth:`JobContext.inline() <django_debounce.context.JobContext.inline>`
+        (no job, attempt 1, ``run_reason="inline"``) before the arguments, so
+        the call takes the same arguments as :meth:`delay`; a caller that passes
+        a :class:`~django_debounce.context.JobContext` first (e.g. a test
+        building one) has it passed through instead.
+        """
+        if self.options.takes_context:
+            from .context import JobContext
+
+            if not (args and isinstance(args[0], JobContext)):
+                return self.func(JobContext.inline(), *args, **kwargs)
         return self.func(*args, **kwargs)
 
     def delay(self, *args: P.args, **kwargs: P.kwargs) -> Job:
@@ -167,6 +229,59 @@ class Task(Generic[P, R]):
         return enqueue_call(self, self.name, args, kwargs or {}, options)
 
 
+def _check_flow_control(
+    where: str,
+    rate_limit: Any,
+    rate_limit_burst: Any,
+    concurrency: Any,
+    circuit_breaker: Any,
+) -> None:
+    """Validate the throttle, concurrency and breaker options (§6, §11).
+
+    Raises:
+        ConfigurationError: ``rate_limit`` is not ``"N/period"``;
+            ``rate_limit_burst`` is given without ``rate_limit`` or is not an
+            int ≥ 1; ``concurrency`` is not an int ≥ 1; ``circuit_breaker`` is
+            not a :class:`~django_debounce.CircuitBreaker`.
+    """
+    from .breaker import CircuitBreaker
+
+    if rate_limit is not None:
+        if not isinstance(rate_limit, str):
+            raise ConfigurationError(
+                f"{where}: rate_limit={rate_limit!r} must be a str 'N/period', e.g. '10/s', "
+                "'100/m', '5/10s'."
+            )
+        parse_rate(rate_limit)
+    if rate_limit_burst is not None:
+        if rate_limit is None:
+            raise ConfigurationError(
+                f"{where}: rate_limit_burst= sizes the bucket of a rate_limit=; give rate_limit= "
+                "too, or drop rate_limit_burst=."
+            )
+        if (
+            isinstance(rate_limit_burst, bool)
+            or not isinstance(rate_limit_burst, int)
+            or rate_limit_burst < 1
+        ):
+            raise ConfigurationError(
+                f"{where}: rate_limit_burst={rate_limit_burst!r} must be an int >= 1 (the most "
+                "jobs that may start at once; default: the N of rate_limit='N/period')."
+            )
+    if concurrency is not None and (
+        isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
+    ):
+        raise ConfigurationError(
+            f"{where}: concurrency={concurrency!r} must be an int >= 1 (the most jobs of this "
+            "task running at once across the deployment), or None for no cap."
+        )
+    if circuit_breaker is not None and not isinstance(circuit_breaker, CircuitBreaker):
+        raise ConfigurationError(
+            f"{where}: circuit_breaker={circuit_breaker!r} must be a "
+            "django_debounce.CircuitBreaker(failures=5, reset='1m')."
+        )
+
+
 def build_options(
     *,
     where: str,
@@ -184,8 +299,12 @@ def build_options(
     min_backoff: DurationLike | None = None,
     max_backoff: DurationLike | None = None,
     rate_limit: str | None = None,
+    rate_limit_burst: int | None = None,
     on_excess: str = "defer",
+    concurrency: int | None = None,
+    circuit_breaker: CircuitBreaker | None = None,
     metadata: dict[str, Any] | None = None,
+    takes_context: bool = False,
 ) -> TaskOptions:
     """Validate decorator options into :class:`TaskOptions` (registration-time errors, §2).
 
@@ -217,17 +336,14 @@ def build_options(
         )
     if unique_key is not None and idempotent:
         raise ConfigurationError(f"{where}: give unique_key= or idempotent=True, not both.")
+    if not isinstance(takes_context, bool):
+        raise ConfigurationError(f"{where}: takes_context must be True or False.")
     if on_excess not in ON_EXCESS:
         raise ConfigurationError(
             f"{where}: on_excess={on_excess!r} is unknown; use 'defer' (wait for a token) or "
             "'drop' (dead-letter the job)."
         )
-    if rate_limit is not None:
-        parse_rate(rate_limit)
-        raise ConfigurationError(
-            f"{where}: rate_limit is parsed but not enforced by this release yet; remove it "
-            "rather than rely on a limit that does not hold."
-        )
+    _check_flow_control(where, rate_limit, rate_limit_burst, concurrency, circuit_breaker)
     if max_retries is not None and (
         isinstance(max_retries, bool)
         or not isinstance(max_retries, int)
@@ -251,6 +367,12 @@ def build_options(
         min_backoff=_optional_duration(min_backoff, "min_backoff"),
         max_backoff=_optional_duration(max_backoff, "max_backoff"),
         metadata=dict(metadata or {}),
+        rate_limit=rate_limit.strip() if rate_limit is not None else None,
+        rate_limit_burst=rate_limit_burst,
+        on_excess=on_excess,
+        concurrency=concurrency,
+        circuit_breaker=circuit_breaker,
+        takes_context=takes_context,
     )
 
 
@@ -291,6 +413,12 @@ def task(func: Callable[P, R], /) -> Task[P, R]: ...
 
 
 @overload
+def task(
+    *, name: str | None = None, takes_context: Literal[True], **options: Any
+) -> Callable[[Callable[Concatenate[JobContext, P], R]], Task[P, R]]: ...
+
+
+@overload
 def task(*, name: str | None = None, **options: Any) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
 
@@ -304,11 +432,17 @@ def task(func: Any = None, /, *, name: str | None = None, **options: Any) -> Any
     ``min_backoff``/``max_backoff`` (durations), ``expires`` (duration),
     ``debounce``/``debounce_max_wait`` (durations), ``debounce_key`` (template
     or callable), ``debounce_replace_payload`` (bool), ``debounce_merge``
-    (callable), ``unique_key``/``idempotent`` (coalescing), ``on_excess``,
-    ``metadata`` (dict).
+    (callable), ``unique_key``/``idempotent`` (coalescing), ``rate_limit``
+    (``"N/period"``), ``rate_limit_burst`` (int ≥ 1, the bucket's capacity),
+    ``on_excess`` (``"defer"``/``"drop"``), ``concurrency`` (int ≥ 1),
+    ``circuit_breaker`` (:class:`~django_debounce.CircuitBreaker`),
+    ``metadata`` (dict), ``takes_context`` (bool: the function receives a
+    :class:`~django_debounce.context.JobContext` as its first argument, as
+    with Django's ``@task(takes_context=True)``; callers never pass it).
 
     Raises:
-        ConfigurationError: at decoration, for any error listed in §2.
+        ConfigurationError: at decoration, for any error listed in §2, or
+            ``takes_context=True`` on a function with no positional parameter.
     """
     if func is not None:
         return _make(func, name, options)

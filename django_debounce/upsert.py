@@ -84,19 +84,24 @@ def _sql(vendor: str, replace_payload: bool) -> tuple[str, tuple[str, ...]]:
     if replace_payload:
         sets += ['"args" = EXCLUDED."args"', '"kwargs" = EXCLUDED."kwargs"']
     returning = ", ".join(f'"{f.column}"' for f in fields)
+    # An open window already past its expiry takes no calls: the update is skipped, the
+    # statement returns no row, and the caller ends that window EXPIRED and tries again.
+    live = f'"{table}"."expires_at" IS NULL OR "{table}"."expires_at" > EXCLUDED."last_enqueued_at"'
     sql = (
         f'INSERT INTO "{table}" ({", ".join(columns)}) VALUES ({", ".join(values)}) '
-        f'ON CONFLICT ("window_key") DO UPDATE SET {", ".join(sets)} '
+        f'ON CONFLICT ("window_key") DO UPDATE SET {", ".join(sets)} WHERE {live} '
         f"RETURNING {returning}"
     )
     return sql, tuple(params)
 
 
-def slide_or_insert(plan: Plan, now: datetime, using: str) -> Job:
+def slide_or_insert(plan: Plan, now: datetime, using: str) -> Job | None:
     """Run the upsert for a debounced ``plan`` and return the job as it is after it.
 
     ``outcome`` is ``"created"`` when the statement inserted (``enqueue_count``
-    is 1) and ``"debounced"`` when it slid an open window.
+    is 1) and ``"debounced"`` when it slid an open window. Returns ``None``
+    (nothing written) when the key's open window is already past its
+    ``expires_at``: the caller must end it and try again (§6).
     """
     assert plan.window is not None and plan.max_wait is not None and plan.window_key is not None
     connection = connections[using]
@@ -125,6 +130,8 @@ def slide_or_insert(plan: Plan, now: datetime, using: str) -> Job:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
+    if row is None:
+        return None
     job = _from_row(using, fields, row)
     job.outcome = "created" if job.enqueue_count == 1 else "debounced"
     return job

@@ -27,7 +27,7 @@ import threading
 import time
 import traceback as traceback_module
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from types import FrameType
 from typing import Any
@@ -46,12 +46,17 @@ from django.db import (
 from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
-from . import codec, registry
+from . import admission, codec, registry
+from .codel import apply_codel
 from .conf import settings
+from .context import JobContext
+from .dependencies import cancel_dependents
 from .exceptions import PayloadError, UnknownTaskError
-from .models import DeadLetter, Job
+from .models import DeadLetter, Job, JobDependency
 from .retry import backoff_delay
+from .shedding import shed_job
 from .signals import job_dead_lettered, job_finished, job_started, send_signal
+from .sweep import auto_retry
 
 logger = logging.getLogger("django_debounce.worker")
 
@@ -115,8 +120,13 @@ def claimable_jobs(now: datetime, queues: Sequence[str] | None = None) -> Any:
 
     Due (``run_at <= now``), READY, in ``queues`` (all when ``None``), and
     not held back by another job of the same debounce key that
-    is RUNNING under a live lease or READY and due ahead of it (§4.5).
+    is RUNNING under a live lease or READY and due ahead of it (§4.5), nor
+    by a dependency that has not succeeded yet (§6; a job without
+    dependencies costs one probe of the ``JobDependency.job`` index).
     """
+    waiting = JobDependency.objects.filter(job=OuterRef("pk")).exclude(
+        dependency__status=Status.SUCCESSFUL
+    )
     ahead = (
         Job.objects.filter(key_hash=OuterRef("key_hash"))
         .exclude(pk=OuterRef("pk"))
@@ -130,6 +140,7 @@ def claimable_jobs(now: datetime, queues: Sequence[str] | None = None) -> Any:
     if queues:
         qs = qs.filter(queue__in=list(queues))
     qs = qs.filter(Q(key_hash__isnull=True) | ~Exists(ahead))
+    qs = qs.filter(~Exists(waiting))
     return qs.order_by("-priority", "run_at", "id")
 
 
@@ -147,6 +158,13 @@ def claim_jobs(
     With ``peek``, first look (without locks) whether anything is claimable and
     return ``[]`` at once if not: cheaper for a worker that expects an idle queue.
 
+    Flow control (§6): when a registered task has a rate limit, a concurrency
+    cap or a circuit breaker, the due jobs pass :mod:`django_debounce.admission`
+    in this same transaction (the tasks' TaskState rows locked), so the limits
+    hold across every worker; jobs held back stay READY with their ``run_at``
+    and ``on_excess="drop"`` jobs without a token are shed. With no gated task
+    registered the claim runs exactly as without flow control (no extra query).
+
     Returns the claimed jobs as they are after the claim (RUNNING, attempts
     counted, lease set), in claim order.
     """
@@ -157,47 +175,50 @@ def claim_jobs(
         # Nothing due: answer without a locking transaction (on SQLite an IMMEDIATE
         # transaction takes the database's write lock and would stall producers).
         return []
-    with transaction.atomic(using=using):
-        now = timezone.now()
-        qs = claimable_jobs(now, queues).using(using)
-        if features.has_select_for_update_skip_locked:
-            qs = qs.select_for_update(skip_locked=True)
-        elif features.has_select_for_update:
-            qs = qs.select_for_update()
-        while True:
-            jobs = list(qs[:limit])
+    gates = admission.current_gates()  # pure Python; empty: the fast path
+    while True:
+        with transaction.atomic(using=using):
+            now = timezone.now()
+            qs = claimable_jobs(now, queues).using(using)
+            if features.has_select_for_update_skip_locked:
+                qs = qs.select_for_update(skip_locked=True)
+            elif features.has_select_for_update:
+                qs = qs.select_for_update()
+            if gates:
+                jobs = _take_admitted(qs, gates, limit=limit, now=now, using=using)
+            else:
+                jobs = _take_due(qs, limit=limit, now=now, using=using)
+            # CoDel (§6): shed what each queue's control law drops (no query unless a candidate's
+            # queue has CoDel). If it shed every candidate, commit that and claim again in a new
+            # transaction (each round sheds a job; QueueState locks are taken last, see codel.py).
+            kept = apply_codel(jobs, now=now, using=using)
+            if jobs and not kept:
+                continue
+            jobs = kept
             if not jobs:
                 return []
-            expired = [
-                job.pk for job in jobs if job.expires_at is not None and job.expires_at <= now
-            ]
-            if not expired:
-                break
-            _expire(expired, now, using)
-            jobs = [job for job in jobs if job.pk not in expired]
-            if jobs:
-                break
-        ids = [job.pk for job in jobs]
-        lease_until = now + lease
-        updated = (
-            Job.objects.using(using)
-            .filter(pk__in=ids, status=Status.READY)
-            .update(
-                status=Status.RUNNING,
-                window_key=None,
-                worker_id=worker_id,
-                started_at=now,
-                lease_expires_at=lease_until,
-                attempts=F("attempts") + 1,
-            )
-        )
-        if updated != len(jobs):  # a database without row locks let another worker win some
-            mine = set(
+            ids = [job.pk for job in jobs]
+            lease_until = now + lease
+            updated = (
                 Job.objects.using(using)
-                .filter(pk__in=ids, status=Status.RUNNING, worker_id=worker_id, started_at=now)
-                .values_list("pk", flat=True)
+                .filter(pk__in=ids, status=Status.READY)
+                .update(
+                    status=Status.RUNNING,
+                    window_key=None,
+                    worker_id=worker_id,
+                    started_at=now,
+                    lease_expires_at=lease_until,
+                    attempts=F("attempts") + 1,
+                )
             )
-            jobs = [job for job in jobs if job.pk in mine]
+            if updated != len(jobs):  # a database without row locks let another worker win some
+                mine = set(
+                    Job.objects.using(using)
+                    .filter(pk__in=ids, status=Status.RUNNING, worker_id=worker_id, started_at=now)
+                    .values_list("pk", flat=True)
+                )
+                jobs = [job for job in jobs if job.pk in mine]
+        break
     for job in jobs:
         job.status = Status.RUNNING
         job.window_key = None
@@ -208,11 +229,88 @@ def claim_jobs(
     return jobs
 
 
+def _take_due(qs: Any, *, limit: int, now: datetime, using: str) -> list[Job]:
+    """Return up to ``limit`` due jobs of the locked queryset ``qs``, expiring stale ones."""
+    while True:
+        jobs = list(qs[:limit])
+        if not jobs:
+            return []
+        expired = [job.pk for job in jobs if job.expires_at is not None and job.expires_at <= now]
+        if not expired:
+            return jobs
+        _expire(expired, now, using)
+        jobs = [job for job in jobs if job.pk not in expired]
+        if jobs:
+            return jobs
+
+
+#: Candidate rounds per gated claim that shed nothing (each round leaves out the
+#: task names found exhausted in the previous one).
+_MAX_ROUNDS = 4
+#: Jobs one gated claim examines at most (shedding rounds continue up to this).
+_MAX_EXAMINED = 2000
+
+
+def _take_admitted(
+    qs: Any, gates: dict[str, admission.Gate], *, limit: int, now: datetime, using: str
+) -> list[Job]:
+    """Return up to ``limit`` due jobs the flow-control gate admits (§6), in claim order.
+
+    Task names that surely admit nothing (:meth:`Admission.blocked_names`) are
+    left out of the candidate query, so a blocked task's backlog does not starve
+    other tasks; candidates are oversampled, and a bounded number of further
+    rounds leave out the names exhausted meanwhile. Jobs of ``on_excess="drop"``
+    tasks without a token are shed here (dead letter ``shed:``, no signal).
+    """
+    gate = admission.Admission(gates, now=now, using=using)
+    skip = gate.blocked_names()
+    jobs: list[Job] = []
+    seen: list[int] = []  # admitted or held back: still READY (and locked by us) until the UPDATE
+    idle_rounds = examined = 0
+    while idle_rounds < _MAX_ROUNDS and examined < _MAX_EXAMINED:
+        room = limit - len(jobs)
+        batch = room + max(8, room)
+        round_qs = qs.exclude(task_name__in=sorted(skip)) if skip else qs
+        if seen:
+            round_qs = round_qs.exclude(pk__in=seen)
+        candidates = list(round_qs[:batch])
+        if not candidates:
+            break
+        examined += len(candidates)
+        expired = [
+            job.pk for job in candidates if job.expires_at is not None and job.expires_at <= now
+        ]
+        if expired:
+            _expire(expired, now, using)
+            candidates = [job for job in candidates if job.pk not in expired]
+        decision = gate.admit(candidates, room)
+        for job, job_gate in decision.to_shed:
+            reason, metadata = admission.shed_reason(job_gate)
+            shed_job(job, reason=reason, metadata=metadata, now=now, using=using)
+        jobs.extend(decision.admitted)
+        seen.extend(job.pk for job in decision.admitted + decision.held_back)
+        if len(jobs) >= limit or len(candidates) + len(expired) < batch:
+            break
+        exhausted = gate.exhausted_names()
+        if not (decision.to_shed or expired or decision.admitted or exhausted - skip):
+            break  # nothing changed: another round would see the same candidates
+        if not (decision.to_shed or expired):
+            idle_rounds += 1
+        skip |= exhausted
+    gate.save()
+    return jobs
+
+
 def _expire(ids: list[int], now: datetime, using: str) -> None:
-    """End jobs not started by their expiry as EXPIRED; they never run (§6, §11)."""
+    """End jobs not started by their expiry as EXPIRED; they never run (§6, §11).
+
+    No dead letter (§8: a planned outcome); their dependents are cancelled in
+    the same transaction (§11).
+    """
     Job.objects.using(using).filter(pk__in=ids).update(
         status=Status.EXPIRED, finished_at=now, window_key=None, unique_lock=None
     )
+    cancel_dependents(ids, now=now, using=using)
     logger.info(
         "expired %d job(s) not started by their expiry: %s",
         len(ids),
@@ -222,7 +320,13 @@ def _expire(ids: list[int], now: datetime, using: str) -> None:
 
 
 def _dead_letter(
-    job: Job, *, reason: str, error: str, tb: str, metadata: dict[str, Any]
+    job: Job,
+    *,
+    reason: str,
+    error: str,
+    tb: str,
+    metadata: dict[str, Any],
+    using: str = DEFAULT_DB_ALIAS,
 ) -> DeadLetter:
     return DeadLetter(
         job=job,
@@ -235,6 +339,7 @@ def _dead_letter(
         error=error,
         traceback=tb,
         created_at=timezone.now(),
+        retry_depth=DeadLetter.retry_depth_for(job, using=using),
     )
 
 
@@ -299,9 +404,11 @@ def reclaim_expired_leases(
                         error=error,
                         tb="",
                         metadata={"attempts": job.attempts, "worker_id": job.worker_id},
+                        using=using,
                     )
                 )
             DeadLetter.objects.using(using).bulk_create(letters)
+            cancel_dependents([job.pk for job in exhausted], now=now, using=using)
     for job in stale:
         logger.warning(
             "job %s (%s) lost its lease on worker %s; %s",
@@ -338,8 +445,9 @@ class Worker:
             database connection; the loop holds one more for claims and
             lease renewal.
         burst: run every job due and runnable now, then return (§11). Jobs
-            held back (a run of the same key in flight on another worker) are
-            not waited for. With ``concurrency=1`` the jobs run in the calling
+            held back (a run of the same key in flight on another worker, a
+            rate limit without a token, a full concurrency cap, an open circuit
+            breaker) are not waited for. With ``concurrency=1`` the jobs run in the calling
             thread.
         max_jobs: stop after claiming this many jobs.
         poll_interval: seconds between polls when idle (``DEBOUNCE_POLL_INTERVAL``).
@@ -383,6 +491,7 @@ class Worker:
         self.processed = 0
         self._claimed_total = 0
         self._next_maintenance = 0.0
+        self._next_sweep_at: datetime | None = None
         self._idle = True
         self._stopping = threading.Event()
         self._signals_seen = 0
@@ -458,6 +567,23 @@ class Worker:
             running = list(self._in_flight)
         reclaim_expired_leases(using=self.using, exclude_ids=running)
         self._next_maintenance = time.monotonic() + min(self.poll_interval, 1.0)
+        self._sweep()
+
+    def _sweep(self) -> None:
+        """Run the dead-letter auto-retry sweep (§8, §11) when it is due.
+
+        Due at a worker's start (so at the start of every ``--burst``) and then
+        at most once per ``every`` of ``DEBOUNCE_DEAD_LETTER_AUTO_RETRY``,
+        timed on the package's clock (§4.7). Off when the setting is ``None``.
+        """
+        config = settings.dead_letter_auto_retry
+        if config is None:
+            return
+        now = timezone.now()
+        if self._next_sweep_at is not None and now < self._next_sweep_at:
+            return
+        auto_retry(config, using=self.using)
+        self._next_sweep_at = now + config.every
 
     def _claim(self, limit: int) -> list[Job]:
         jobs = claim_jobs(
@@ -638,6 +764,8 @@ class Worker:
         send_signal(job_started, job=job)
         try:
             args, kwargs = codec.decode_call(job.args, job.kwargs)
+            if task.options.takes_context:  # Django's takes_context: the context comes first
+                args = [JobContext.for_job(job), *args]
             # Inside a caller's transaction (an inline --burst in a test, say) the task runs
             # after a savepoint: a database error in the task rolls back to it, so the
             # caller's transaction stays usable and the outcome can be recorded; any other
@@ -704,16 +832,39 @@ class Worker:
             extra={"action": "late_result", "job_id": job.pk},
         )
 
+    def _write_outcome(
+        self, job: Job, write: Callable[[], int], *, succeeded: bool, now: datetime
+    ) -> int:
+        """Run the fenced outcome ``write`` and return its row count.
+
+        For a task with a circuit breaker the run is counted in the breaker
+        (:func:`admission.record_run`, §6) in the same transaction, only if the
+        write hit (a late run whose job was reclaimed counts for nothing).
+        """
+        task = registry.lookup(job.task_name)
+        if task is None or task.options.circuit_breaker is None:
+            return write()
+        with transaction.atomic(using=self.using):
+            updated = write()
+            if updated:
+                admission.record_run(job, succeeded=succeeded, now=now, using=self.using)
+            return updated
+
     def _succeed(self, job: Job, result: Any) -> None:
         stored = storable_result(result)
         now = timezone.now()
         updated = self._persist(
-            lambda: self._fenced(job).update(
-                status=Status.SUCCESSFUL,
-                result=stored,
-                finished_at=now,
-                lease_expires_at=None,
-                unique_lock=None,
+            lambda: self._write_outcome(
+                job,
+                lambda: self._fenced(job).update(
+                    status=Status.SUCCESSFUL,
+                    result=stored,
+                    finished_at=now,
+                    lease_expires_at=None,
+                    unique_lock=None,
+                ),
+                succeeded=True,
+                now=now,
             )
         )
         if not updated:
@@ -738,13 +889,18 @@ class Worker:
             )
             run_at = now + delay
             updated = self._persist(
-                lambda: self._fenced(job).update(
-                    status=Status.READY,
-                    run_at=run_at,
-                    worker_id="",
-                    lease_expires_at=None,
-                    error=error,
-                    traceback=tb,
+                lambda: self._write_outcome(
+                    job,
+                    lambda: self._fenced(job).update(
+                        status=Status.READY,
+                        run_at=run_at,
+                        worker_id="",
+                        lease_expires_at=None,
+                        error=error,
+                        traceback=tb,
+                    ),
+                    succeeded=False,
+                    now=now,
                 )
             )
             if not updated:
@@ -781,8 +937,13 @@ class Worker:
             )
             if not updated:
                 return None
-            letter = _dead_letter(job, reason=reason, error=error, tb=tb, metadata=metadata)
+            letter = _dead_letter(
+                job, reason=reason, error=error, tb=tb, metadata=metadata, using=self.using
+            )
             letter.save(using=self.using)
+            cancel_dependents([job.pk], now=now, using=self.using)
+            # A failed run counts in the task's circuit breaker (§6); unknown tasks have none.
+            admission.record_run(job, succeeded=False, now=now, using=self.using)
         job.status, job.finished_at, job.error, job.traceback = Status.FAILED, now, error, tb
         job.lease_expires_at = job.unique_lock = None
         send_signal(job_finished, job=job, status=job.status)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -28,6 +29,7 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    "django.contrib.staticfiles",  # the admin's CSS/JS under live_server (browser tests)
     "django_debounce",
     "tests.testapp",
     "example_project.docs",
@@ -39,6 +41,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
 ]
 ROOT_URLCONF = "tests.urls"
+STATIC_URL = "static/"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
@@ -86,6 +89,9 @@ if os.environ.get("DEBOUNCE_TEST_SHUTDOWN_GRACE"):
     DEBOUNCE_SHUTDOWN_GRACE = os.environ["DEBOUNCE_TEST_SHUTDOWN_GRACE"]
 DEBOUNCE_MIN_BACKOFF = "5s"
 DEBOUNCE_MAX_BACKOFF = "5m"
+# CoDel tests give worker subprocesses a DEBOUNCE_QUEUES (JSON in the environment).
+if os.environ.get("DEBOUNCE_TEST_QUEUES"):
+    DEBOUNCE_QUEUES = json.loads(os.environ["DEBOUNCE_TEST_QUEUES"])
 
 LOGGING = {
     "version": 1,

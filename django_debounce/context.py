@@ -1,0 +1,96 @@
+"""What a task declared with ``takes_context=True`` receives first: :class:`JobContext`.
+
+Modelled on Django's own tasks framework (``django.tasks.TaskContext``, passed
+first to a task declared with ``@task(takes_context=True)``; it carries
+``task_result`` and ``attempt``). This package's unit of work is the
+:class:`~django_debounce.models.Job` row, so the context carries the job
+instead of a task result, keeps Django's ``attempt``, and adds what only a
+debounced job knows: how many calls its window collapsed, and why it ran when
+it did.
+
+Importing this module does not import models (``Job`` is a type-only import),
+so ``from django_debounce import JobContext`` is safe in settings and in
+``tasks.py`` modules loaded before the app registry is ready.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from .models import Job
+
+RunReason = Literal["quiet", "max_wait", "not_debounced", "retry", "inline"]
+"""Why a run started; see :attr:`JobContext.run_reason`."""
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """The run a task declared with ``takes_context=True`` is part of (passed as its first argument).
+
+    Fields:
+        job: the :class:`~django_debounce.models.Job` being run, as the worker
+            claimed it (status ``RUNNING``, ``attempts`` already counting this
+            run, ``lease_expires_at`` set). ``None`` when the task is called
+            inline (no job). It is the worker's own instance, which the
+            worker updates with the outcome after the run: read what you need
+            while the task runs, and never save it (the worker records the
+            outcome itself, fenced on the attempt, §11).
+        attempt: 1 for the first run, 2 for the first retry, and so on; the
+            job's ``attempts`` counter, which also counts a run whose worker
+            died (§11). Same name and meaning as Django's
+            ``TaskContext.attempt``. 1 when called inline.
+        calls_collapsed: how many enqueue calls the job's window collapsed
+            into this job (``Job.enqueue_count``: 1 for a job enqueued once, N
+            after a burst of N calls, §4.2). A coalesced call (§6) is not
+            counted: it returns the job without touching it. 1 when called
+            inline.
+        run_reason: why this run started when it did:
+
+            * ``"quiet"``: the debounce window went quiet (no call for a
+              whole window, §4.2);
+            * ``"max_wait"``: the window reached its ceiling
+              (``opened_at + debounce_max_wait``) while calls kept coming;
+            * ``"not_debounced"``: a job without a window (plain, coalesced,
+              or a call whose key callable returned ``None``), due at its
+              ``run_at``;
+            * ``"retry"``: any attempt after the first (a retry after an
+              exception's backoff, or a rerun after a worker died); the
+              window's own reason is not recorded across attempts, and
+              after a backoff ``run_at`` no longer tells it;
+            * ``"inline"``: the task was called directly, with no job.
+
+            On a first attempt it equals ``Job.run_reason``.
+    """
+
+    job: Job | None
+    attempt: int
+    calls_collapsed: int
+    run_reason: RunReason
+
+    @classmethod
+    def for_job(cls, job: Job) -> JobContext:
+        """Return the context of a run of ``job``, which a worker has just claimed.
+
+        Args:
+            job: a claimed job (``attempts`` >= 1 already counts this run).
+        """
+        attempt = max(1, job.attempts)
+        reason: RunReason
+        if attempt > 1:
+            reason = "retry"
+        else:
+            window_reason = job.run_reason
+            if window_reason == "quiet":
+                reason = "quiet"
+            elif window_reason == "max_wait":
+                reason = "max_wait"
+            else:
+                reason = "not_debounced"
+        return cls(job=job, attempt=attempt, calls_collapsed=job.enqueue_count, run_reason=reason)
+
+    @classmethod
+    def inline(cls) -> JobContext:
+        """Return the context a direct (inline) call of the task receives: no job, attempt 1."""
+        return cls(job=None, attempt=1, calls_collapsed=1, run_reason="inline")

@@ -1,0 +1,179 @@
+"""Retrying dead letters in bulk (contract §8, §11): the worker's automatic sweep and the command.
+
+:func:`retry_dead_letters` selects dead letters by filters and retries each
+one with :meth:`DeadLetter.retry() <django_debounce.models.DeadLetter.retry>`,
+the normal enqueue path: a call made now with the original task, arguments,
+queue, priority and metadata, so a debounced task joins its key's open
+window. ``retry()`` locks the entry's row and does nothing when the entry was
+retried meanwhile, so two sweeps racing (two workers, a worker and an admin)
+retry an entry once.
+
+Entries whose reason carries a reserved prefix (``shed:``, ``codel:``,
+``unknown_task:``) are skipped unless asked for: re-running what the
+scheduler deliberately dropped would undo the shed, and an unknown task stays
+unknown (§8). The automatic sweep never asks for them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db import DEFAULT_DB_ALIAS
+from django.db.models import Q
+from django.utils import timezone
+
+from .conf import AutoRetry
+from .models import DeadLetter
+from .shedding import RESERVED_PREFIXES
+
+logger = logging.getLogger("django_debounce.sweep")
+
+#: The reserved prefixes of a shed (``--include-shed`` selects them); ``unknown_task:`` is not one.
+SHED_PREFIXES = ("shed:", "codel:")
+
+
+@dataclass
+class SweepResult:
+    """What one :func:`retry_dead_letters` call did (or, with ``dry_run``, would do).
+
+    Attributes:
+        retried: entries retried (with ``dry_run``: entries that would be).
+        already_retried: entries matching the filters that were retried
+            before (also by another caller racing this one: their
+            ``retry()`` returned ``None``); never retried again.
+        reserved: entries matching the other filters but skipped for a
+            reserved reason prefix (already retried ones included).
+        exhausted: entries skipped because their chain of retries reached
+            ``max_depth`` (automatic sweep).
+        failed: entries whose retry raised (e.g. the task's declaration
+            changed so that the stored call is no longer valid); logged.
+        job_ids: the jobs the retries went to, in order (empty with ``dry_run``).
+    """
+
+    retried: int = 0
+    already_retried: int = 0
+    reserved: int = 0
+    exhausted: int = 0
+    failed: int = 0
+    job_ids: list[int] = field(default_factory=list)
+
+
+def _reserved_q(prefixes: Iterable[str]) -> Q:
+    q = Q()
+    for prefix in prefixes:
+        q |= Q(reason__startswith=prefix)
+    return q
+
+
+def retry_dead_letters(
+    *,
+    tasks: Iterable[str] | None = None,
+    reason_prefix: str | None = None,
+    older_than: timedelta | None = None,
+    include_shed: bool = False,
+    max_depth: int | None = None,
+    limit: int | None = None,
+    dry_run: bool = False,
+    now: datetime | None = None,
+    using: str = DEFAULT_DB_ALIAS,
+) -> SweepResult:
+    """Retry the dead letters that match the filters and were never retried (§8).
+
+    Oldest entries first. Each retry is its own transaction (the entry's row
+    lock plus the enqueue), so one entry that cannot be retried does not undo
+    the others.
+
+    Args:
+        tasks: only entries of these task names (``None``: all).
+        reason_prefix: only entries whose ``reason`` starts with this text. A
+            prefix that itself starts with a reserved prefix (e.g.
+            ``"unknown_task:"``) selects those reserved entries explicitly.
+        older_than: only entries created at least this long ago
+            (``created_at <= now - older_than``).
+        include_shed: also retry ``shed:`` and ``codel:`` entries
+            (``unknown_task:`` ones still need an explicit ``reason_prefix``).
+        max_depth: only entries whose ``retry_depth`` is below this (the
+            automatic sweep's ``max_retries``: at most that many retries along
+            one job's chain); ``None``: no limit.
+        limit: retry at most this many entries (``None``: all).
+        dry_run: count what would be retried; write nothing.
+        now: the time the filters compare with (default ``timezone.now()``).
+        using: database alias.
+
+    Returns:
+        A :class:`SweepResult` with the counts.
+
+    Raises:
+        ValueError: ``limit`` or ``max_depth`` below 0 (nothing is written).
+    """
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit={limit} must be >= 0")
+    if max_depth is not None and max_depth < 0:
+        raise ValueError(f"max_depth={max_depth} must be >= 0")
+    now = now or timezone.now()
+    qs = DeadLetter.objects.using(using).all()
+    if tasks is not None:
+        qs = qs.filter(task_name__in=list(tasks))
+    if reason_prefix:
+        qs = qs.filter(reason__startswith=reason_prefix)
+    if older_than is not None:
+        qs = qs.filter(created_at__lte=now - older_than)
+    skipped = [p for p in RESERVED_PREFIXES if not (reason_prefix or "").startswith(p)]
+    if include_shed:
+        skipped = [p for p in skipped if p not in SHED_PREFIXES]
+    result = SweepResult()
+    if skipped:
+        result.reserved = qs.filter(_reserved_q(skipped)).count()
+        qs = qs.exclude(_reserved_q(skipped))
+    result.already_retried = qs.filter(retried_at__isnull=False).count()
+    qs = qs.filter(retried_at__isnull=True)
+    if max_depth is not None:
+        result.exhausted = qs.filter(retry_depth__gte=max_depth).count()
+        qs = qs.filter(retry_depth__lt=max_depth)
+    ids = list(qs.order_by("created_at", "id").values_list("pk", flat=True)[:limit])
+    if dry_run:
+        result.retried = len(ids)
+        return result
+    for pk in ids:
+        entry = DeadLetter(pk=pk)
+        entry._state.db = using
+        try:
+            job = entry.retry()
+        except Exception:
+            result.failed += 1
+            logger.exception("retrying dead letter %s failed", pk, extra={"action": "sweep_error"})
+            continue
+        if job is None:
+            result.already_retried += 1
+        else:
+            result.retried += 1
+            result.job_ids.append(job.pk)
+    return result
+
+
+def auto_retry(config: AutoRetry, *, using: str = DEFAULT_DB_ALIAS) -> SweepResult:
+    """Run the automatic sweep of ``DEBOUNCE_DEAD_LETTER_AUTO_RETRY`` once (§8, §11).
+
+    Retries every never-retried entry at least ``config.min_age`` old whose
+    chain has had fewer than ``config.max_retries`` retries, skipping every
+    reserved prefix. The worker calls it at the start of every ``--burst`` and
+    at most once per ``config.every`` on its loop.
+    """
+    result = retry_dead_letters(
+        older_than=config.min_age, max_depth=config.max_retries, using=using
+    )
+    if result.retried or result.failed:
+        logger.info(
+            "dead-letter sweep: retried %d, failed %d, skipped %d already retried, "
+            "%d reserved, %d at max_retries",
+            result.retried,
+            result.failed,
+            result.already_retried,
+            result.reserved,
+            result.exhausted,
+            extra={"action": "sweep"},
+        )
+    return result
