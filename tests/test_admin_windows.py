@@ -1,0 +1,293 @@
+"""Run now / Cancel on open windows (``django_debounce.windows`` and the admin actions), and the
+admin's races on PostgreSQL: a job claimed meanwhile is refused, two Retry clicks retry once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import threading
+from typing import Any
+
+import pytest
+from django.db import connection, connections, transaction
+from django.test import Client
+from django.urls import reverse
+
+from django_debounce import windows
+from django_debounce.models import DeadLetter, Job, JobDependency
+from django_debounce.worker import claim_jobs
+from tests.conftest import T
+from tests.factories import DeadLetterFactory, JobFactory
+from tests.procs import wait_for
+from tests.test_admin import messages_of, staff
+from tests.testapp.tasks_admin import refresh
+
+LIST = reverse("admin:django_debounce_openwindow_changelist")
+
+
+def action(client: Client, name: str, *ids: int, changelist: str = LIST) -> Any:
+    data = {"action": name, "index": "0", "_selected_action": [str(i) for i in ids]}
+    return client.post(changelist, data, follow=True)
+
+
+# -- windows module ---------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_run_now_makes_the_window_due_and_keeps_it_open(clock, burst):
+    job = refresh.delay(1)
+    clock(seconds=4)
+    result = windows.run_now([job.pk])
+    assert result == windows.WindowActionResult(done=[job.pk], refused=[])
+    job.refresh_from_db()
+    assert job.run_at == T + dt.timedelta(seconds=4)
+    assert job.max_run_at == T + dt.timedelta(minutes=1)  # the ceiling does not move
+    assert job.is_open_window  # open until claimed (§4.1)
+    burst()
+    job.refresh_from_db()
+    assert job.status == Job.Status.SUCCESSFUL
+
+
+@pytest.mark.django_db
+def test_a_call_after_run_now_still_joins_and_slides(clock):
+    job = refresh.delay(1)
+    clock(seconds=4)
+    windows.run_now([job.pk])
+    assert refresh.delay(1).pk == job.pk
+    job.refresh_from_db()
+    assert (job.enqueue_count, job.run_at) == (2, T + dt.timedelta(seconds=14))
+
+
+@pytest.mark.django_db
+def test_run_now_never_moves_a_due_window_later(clock):
+    job = refresh.delay(1)
+    clock(seconds=30)  # due since T+10s, not claimed: still open
+    windows.run_now([job.pk])
+    job.refresh_from_db()
+    assert job.run_at == T + dt.timedelta(seconds=10)  # keeps its place in line
+
+
+@pytest.mark.django_db
+def test_cancel_closes_the_window_and_cancels_dependents(clock, signal_log):
+    job = refresh.delay(1)
+    child = JobFactory()
+    grandchild = JobFactory()
+    JobDependency.objects.create(job=child, dependency=job)
+    JobDependency.objects.create(job=grandchild, dependency=child)
+    clock(seconds=2)
+    result = windows.cancel([job.pk, job.pk])
+    assert result.done == [job.pk] and result.refused == []
+    assert result.cancelled_dependents == [child.pk, grandchild.pk]
+    job.refresh_from_db()
+    assert (job.status, job.window_key, job.finished_at) == (
+        Job.Status.CANCELLED,
+        None,
+        T + dt.timedelta(seconds=2),
+    )
+    assert not DeadLetter.objects.exists()  # a planned outcome (§8)
+    assert [entry[0] for entry in signal_log] == ["job_enqueued"]  # no signal for a cancel
+    assert set(
+        Job.objects.filter(pk__in=[child.pk, grandchild.pk]).values_list("status", flat=True)
+    ) == {Job.Status.CANCELLED}
+    fresh = refresh.delay(1)  # the key's next call opens a new window
+    assert fresh.pk != job.pk and fresh.outcome == "created"
+
+
+@pytest.mark.django_db
+def test_window_actions_refuse_what_is_not_an_open_window(clock):
+    finished = JobFactory(status=Job.Status.SUCCESSFUL)
+    refresh.delay(1)
+    claimed = refresh.delay(2)
+    clock(seconds=10)
+    ran = claim_jobs(worker_id="w", limit=10, lease=dt.timedelta(minutes=1))
+    assert claimed.pk in {job.pk for job in ran}
+    window = refresh.delay(3)
+    for act in (windows.run_now, windows.cancel):
+        result = act([claimed.pk, finished.pk, window.pk, 10**9])
+        assert result.done == [window.pk]
+        assert result.refused == sorted([claimed.pk, finished.pk, 10**9])
+    claimed.refresh_from_db()
+    assert claimed.status == Job.Status.RUNNING and claimed.run_at == T + dt.timedelta(seconds=10)
+
+
+@pytest.mark.django_db
+def test_window_actions_reject_bad_ids_before_writing():
+    job = refresh.delay(1)
+    with pytest.raises(TypeError, match="job ids must be ints"):
+        windows.cancel([job.pk, "7"])  # type: ignore[list-item]
+    job.refresh_from_db()
+    assert job.status == Job.Status.READY
+
+
+# -- admin actions ----------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_admin_run_now_and_cancel(admin_client, clock):
+    a = refresh.delay(1)
+    b = refresh.delay(2)
+    clock(seconds=1)
+    response = action(admin_client, "run_now", a.pk)
+    assert messages_of(response) == ["1 open window made due now."]
+    a.refresh_from_db()
+    assert a.run_at == T + dt.timedelta(seconds=1)
+    response = action(admin_client, "cancel", a.pk, b.pk)
+    assert messages_of(response) == ["2 open windows cancelled."]
+    assert set(Job.objects.values_list("status", flat=True)) == {Job.Status.CANCELLED}
+    assert list(response.context["cl"].result_list) == []
+
+
+@pytest.mark.django_db
+def test_admin_actions_refuse_a_job_claimed_meanwhile(admin_client, clock):
+    """The operator selected a window on the page; a worker claimed it before the click."""
+    job = refresh.delay(1)
+    other = refresh.delay(2)
+    page = admin_client.get(LIST)
+    assert f'value="{job.pk}"'.encode() in page.content  # selectable on the page
+    clock(seconds=10)
+    claim_jobs(worker_id="w", limit=1, lease=dt.timedelta(minutes=1))  # claims job (lower id)
+    for name in ("run_now", "cancel"):
+        response = action(admin_client, name, job.pk)
+        assert messages_of(response) == [
+            f"1 job refused: it is no longer an open window (a worker claimed it meanwhile, "
+            f"or it finished): #{job.pk}."
+        ]
+    job.refresh_from_db()
+    assert (job.status, job.run_at) == (Job.Status.RUNNING, T + dt.timedelta(seconds=10))
+    response = action(admin_client, "cancel", job.pk, other.pk)
+    assert messages_of(response)[0] == "1 open window cancelled."
+    assert "refused" in messages_of(response)[1]
+
+
+@pytest.mark.django_db
+def test_window_actions_need_change_job_permission(client, django_user_model):
+    job = refresh.delay(1)
+    viewer = staff(django_user_model, "view_openwindow", "view_job")
+    client.force_login(viewer)
+    page = client.get(LIST)
+    assert page.status_code == 200 and b'value="cancel"' not in page.content
+    action(client, "cancel", job.pk)  # forged
+    job.refresh_from_db()
+    assert job.status == Job.Status.READY
+    operator = staff(django_user_model, "view_openwindow", "change_job")
+    client.force_login(operator)
+    assert b'value="cancel"' in client.get(LIST).content
+    action(client, "cancel", job.pk)
+    job.refresh_from_db()
+    assert job.status == Job.Status.CANCELLED
+
+
+@pytest.mark.django_db
+def test_job_changelist_offers_the_window_actions_too(admin_client):
+    job = refresh.delay(1)
+    plain = JobFactory()
+    response = action(
+        admin_client,
+        "cancel",
+        job.pk,
+        plain.pk,
+        changelist=reverse("admin:django_debounce_job_changelist"),
+    )
+    assert messages_of(response)[0] == "1 open window cancelled."
+    plain.refresh_from_db()
+    assert plain.status == Job.Status.READY
+
+
+# -- races on PostgreSQL ----------------------------------------------------------------------
+
+
+def _claim_in_open_transaction(job_id: int, claimed: threading.Event, release: threading.Event):
+    """A worker's claim that has locked and updated the row but not committed yet."""
+    try:
+        with transaction.atomic():
+            Job.objects.select_for_update().filter(pk=job_id).get()
+            Job.objects.filter(pk=job_id).update(
+                status=Job.Status.RUNNING, window_key=None, worker_id="slow-claimer"
+            )
+            claimed.set()
+            assert release.wait(30)
+    finally:
+        connections.close_all()
+
+
+def _waiting_on_a_lock() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock'"
+        )
+        return cursor.fetchone()[0] > 0
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("act", ["run_now", "cancel"])
+def test_action_waits_for_a_claim_in_flight_and_refuses_it(act):
+    job = refresh.delay(1)
+    claimed, release = threading.Event(), threading.Event()
+    claimer = threading.Thread(target=_claim_in_open_transaction, args=(job.pk, claimed, release))
+    claimer.start()
+    try:
+        assert claimed.wait(30)
+        box: dict[str, Any] = {}
+
+        def operator() -> None:
+            try:
+                box["result"] = getattr(windows, act)([job.pk])
+            finally:
+                connections.close_all()
+
+        op = threading.Thread(target=operator)
+        op.start()
+        wait_for(_waiting_on_a_lock, timeout=30, what="the action to wait on the claim's row lock")
+        release.set()
+        op.join(30)
+        assert not op.is_alive()
+    finally:
+        release.set()
+        claimer.join(30)
+    assert box["result"].done == [] and box["result"].refused == [job.pk]
+    job.refresh_from_db()
+    assert (job.status, job.worker_id) == (Job.Status.RUNNING, "slow-claimer")
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_admins_retrying_at_once_retry_once(django_user_model):
+    letter = DeadLetterFactory()
+    users = [staff(django_user_model, "view_deadletter", "retry_deadletter") for _ in range(2)]
+    barrier = threading.Barrier(2)
+    jobs_before = Job.objects.count()
+
+    results: list[Any] = []
+
+    def click(user: Any) -> None:
+        try:
+            client = Client()
+            client.force_login(user)
+            barrier.wait(30)
+            data = {"action": "retry_selected", "index": "0", "_selected_action": [str(letter.pk)]}
+            response = client.post(reverse("admin:django_debounce_deadletter_changelist"), data)
+            assert response.status_code == 302
+            # Read the page, not response.context: the test client collects contexts through
+            # a process-wide signal, so two threads rendering at once could swap them.
+            page = client.get(response["Location"]).content.decode()
+            results.append(re.findall(r'<li class="(?:success|warning)">([^<]*)</li>', page))
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=click, args=(user,)) for user in users]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert len(results) == 2
+    texts = sorted(r[0].split(":")[0] for r in results)
+    assert texts == [
+        "0 dead letters retried, 1 skipped (already retried).",
+        "1 dead letter retried, 0 skipped (already retried)",
+    ]
+    assert Job.objects.count() == jobs_before + 1
+    letter.refresh_from_db()
+    assert letter.retry_job_id is not None

@@ -1,0 +1,284 @@
+"""The admin in a real browser (issue #4): Playwright for Python driving Debian's Chromium.
+
+Never downloads a browser: Chromium is ``/usr/bin/chromium`` (Debian's ``chromium``
+package; ``.ci/run`` installs it when missing), passed to Playwright as
+``executable_path``. Without it (or without the ``playwright`` package) the tests
+skip, or fail under ``DEBOUNCE_REQUIRE_SERVICES=1``.
+
+The pages are served by pytest-django's ``live_server`` (a thread of this process
+on its own database connection, so the tests use the transactional database and
+see what the server committed). Screenshots of the three pages go to
+``.artifacts/screenshots/``; with ``DEBOUNCE_DOCS_SCREENSHOTS=1`` to ``docs/img/``
+(how the pictures in ``docs/howto/operators.md`` are refreshed).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection, connections
+from django.utils import timezone
+
+from django_debounce.models import DeadLetter, Job
+from tests.conftest import require_service
+from tests.factories import DeadLetterFactory, JobFactory
+from tests.procs import wait_for
+from tests.test_admin import window_job
+
+CHROMIUM = os.environ.get("DEBOUNCE_CHROMIUM", "/usr/bin/chromium")
+REPO = Path(__file__).resolve().parent.parent
+SHOTS = (
+    REPO / "docs" / "img"
+    if os.environ.get("DEBOUNCE_DOCS_SCREENSHOTS") == "1"
+    else REPO / ".artifacts" / "screenshots"
+)
+#: Generous: the machine is shared and slow at times (waits, not speed assertions).
+WAIT_MS = 20_000
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+try:
+    from playwright.sync_api import expect, sync_playwright
+except ImportError:  # pragma: no cover - the test group installs it
+    sync_playwright = None  # type: ignore[assignment]
+
+
+@pytest.fixture(autouse=True)
+def _allow_orm_beside_playwright(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Let the test's own ORM calls run while Playwright's sync API is active.
+
+    Playwright's sync API keeps an asyncio event loop running in the test's
+    thread, and Django refuses ORM calls from a thread with a running loop
+    (SynchronousOnlyOperation). Here the ORM calls are plain synchronous calls
+    made by the test between browser steps, never from a coroutine, so the
+    check is a false alarm; it is switched off for this module's tests only.
+    """
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    require_service(sync_playwright is not None, "needs the playwright package (test group)")
+    require_service(
+        os.path.exists(CHROMIUM),
+        f"needs Chromium at {CHROMIUM} (apt-get install chromium); never downloaded",
+    )
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-dev-shm-usage"]
+        )
+        try:
+            yield launched
+        finally:
+            launched.close()
+    _wait_for_server_threads_to_close_their_connections()
+
+
+def _wait_for_server_threads_to_close_their_connections() -> None:
+    """Wait until no other connection to the test database is left (PostgreSQL).
+
+    The live server's request threads close theirs when the browser closes
+    the keep-alive sockets, a moment after ``browser.close()``; a connection
+    left open would make dropping the test database fail ("being accessed by
+    other users") at the end of the session, far from its cause.
+    """
+    if connection.vendor != "postgresql":
+        return
+
+    def others() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            return int(cursor.fetchone()[0])
+
+    wait_for(lambda: others() == 0, timeout=30, what="the live server's connections to close")
+
+
+@pytest.fixture
+def page(browser: Any, live_server: Any, django_user_model: Any) -> Iterator[Any]:
+    """A logged-in admin page (a superuser, through the real login form)."""
+    django_user_model.objects.create_superuser("operator", "op@example.com", "correct horse")
+    context = new_context(browser, live_server)
+    tab = context.new_page()
+    tab.goto("/admin/login/?next=/admin/")
+    tab.fill("#id_username", "operator")
+    tab.fill("#id_password", "correct horse")
+    tab.click("input[type=submit]")
+    expect(tab.locator("#site-name")).to_be_visible()
+    expect(tab).to_have_url(re.compile(r"/admin/$"))
+    try:
+        yield tab
+    finally:
+        context.close()
+        # The test's ORM calls ran while Playwright's loop was active, in a context
+        # (asgiref.local + greenlet) whose connection the teardown would not see: close it.
+        connections.close_all()
+
+
+def new_context(browser: Any, live_server: Any, **options: Any) -> Any:
+    """A browser context on the live server, the admin's navigation sidebar collapsed."""
+    context = browser.new_context(
+        viewport={"width": 1500, "height": 700}, base_url=live_server.url, **options
+    )
+    context.set_default_timeout(WAIT_MS)
+    context.add_init_script("localStorage.setItem('django.admin.navSidebarIsOpen', 'false')")
+    return context
+
+
+def shot(tab: Any, name: str, *, full_page: bool = False) -> None:
+    """Save a PNG of the page (the viewport: the changelists' long filter lists cut off)."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    tab.screenshot(path=str(SHOTS / name), full_page=full_page)
+
+
+def test_open_windows_page_shows_a_live_countdown(page, browser, live_server):
+    now = timezone.now()
+    window = window_job(
+        "page:pricing",
+        opened_at=now - dt.timedelta(seconds=48),
+        run_at=now + dt.timedelta(minutes=4, seconds=12),
+        max_run_at=now + dt.timedelta(minutes=9, seconds=12),
+        enqueue_count=17,
+        last_enqueued_at=now - dt.timedelta(seconds=3),
+        args=[42],
+        kwargs={"lang": "de"},
+    )
+    window_job(
+        "page:home",
+        opened_at=now - dt.timedelta(seconds=2),
+        run_at=now + dt.timedelta(seconds=8),
+        max_run_at=now + dt.timedelta(minutes=1),
+        args=[1],
+    )
+    page.goto("/admin/django_debounce/openwindow/")
+    countdown = page.locator(f'tr:has(a[href$="/job/{window.pk}/change/"]) time.debounce-countdown')
+    expect(countdown).to_have_text(re.compile(r"^in 4 m \d+ s$"))
+    first = countdown.inner_text()
+    # The script ticks every second: the text changes without a reload.
+    page.wait_for_function(
+        "([el, text]) => el.textContent !== text",
+        arg=[countdown.element_handle(), first],
+        timeout=WAIT_MS,
+    )
+    expect(countdown).to_have_text(re.compile(r"^in 4 m \d+ s$"))
+    row = page.locator(f'tr:has(a[href$="/job/{window.pk}/change/"])')
+    expect(row).to_contain_text("page:pricing")
+    expect(row.locator("td.field-calls")).to_have_text("17")
+    expect(row).to_contain_text('[42] {"lang": "de"}')
+    shot(page, "admin-open-windows.png")
+
+    dark = new_context(
+        browser, live_server, color_scheme="dark", storage_state=page.context.storage_state()
+    )
+    try:
+        tab = dark.new_page()
+        tab.goto("/admin/django_debounce/openwindow/")
+        expect(tab.locator("time.debounce-countdown").first).to_be_visible()
+        shot(tab, "admin-open-windows-dark.png")
+    finally:
+        dark.close()
+
+
+def test_job_detail_says_why_it_ran(page):
+    now = timezone.now()
+    job = JobFactory(
+        task_name="tests.admin.refresh",
+        queue="admin-search",
+        status=Job.Status.FAILED,
+        args=[42],
+        kwargs={"lang": "de"},
+        opened_at=now - dt.timedelta(minutes=2),
+        created_at=now - dt.timedelta(minutes=2),
+        last_enqueued_at=now - dt.timedelta(minutes=1, seconds=2),
+        run_at=now - dt.timedelta(minutes=1),
+        max_run_at=now - dt.timedelta(minutes=1),
+        debounce_key="page:42",
+        enqueue_count=31,
+        attempts=1,
+        max_retries=0,
+        started_at=now - dt.timedelta(seconds=59),
+        finished_at=now - dt.timedelta(seconds=58),
+        worker_id="web-1:4242:thread-0",
+        error="ConnectionError: search index unreachable",
+        traceback=(
+            "Traceback (most recent call last):\n"
+            '  File "shop/tasks.py", line 12, in refresh\n'
+            "    index.push(page)\n"
+            "ConnectionError: search index unreachable\n"
+        ),
+    )
+    letter = DeadLetterFactory(
+        job=job,
+        task_name=job.task_name,
+        queue=job.queue,
+        reason="failed: 1 attempt(s); ConnectionError: search index unreachable",
+        error=job.error,
+        traceback=job.traceback,
+    )
+    page.goto("/admin/django_debounce/job/")
+    page.click(f'a[href$="/job/{job.pk}/change/"]')
+    expect(page.locator(".field-why_it_ran")).to_contain_text("max wait reached")
+    expect(page.locator(".field-traceback_pre pre")).to_contain_text("index.push(page)")
+    expect(page.locator(f'a[href$="/deadletter/{letter.pk}/change/"]')).to_be_visible()
+    shot(page, "admin-job.png", full_page=True)
+
+
+def test_retry_a_dead_letter_through_the_action_and_filter_by_kind(page):
+    failed = DeadLetterFactory(
+        task_name="tests.admin.mail",
+        args=["ada@example.com"],
+        reason="failed: 1 attempt(s); smtplib.SMTPServerDisconnected: Connection unexpectedly closed",
+        error="smtplib.SMTPServerDisconnected: Connection unexpectedly closed",
+    )
+    shed = DeadLetterFactory(
+        reason="shed: rate limit 10/s exceeded (on_excess='drop')", metadata={"shed": True}
+    )
+    codel = DeadLetterFactory(
+        reason="codel: sojourn 7.2s above target 5s for 1m", metadata={"codel": True}
+    )
+    unknown = DeadLetterFactory(task_name="old.task", reason="unknown_task: old.task", error="")
+    jobs_before = Job.objects.count()
+
+    page.goto("/admin/django_debounce/deadletter/")
+    expect(page.locator("#result_list tbody tr")).to_have_count(4)
+    page.check(f'input[name="_selected_action"][value="{failed.pk}"]')
+    page.select_option('select[name="action"]', "retry_selected")
+    page.click('button[name="index"]')
+    message = page.locator(".messagelist .success")
+    expect(message).to_contain_text("1 dead letter retried, 0 skipped (already retried)")
+    failed.refresh_from_db()
+    assert failed.retry_job is not None and failed.retried_at is not None
+    assert Job.objects.count() == jobs_before + 1
+    shot(page, "admin-dead-letters.png")
+
+    # The same entry again: skipped, and said so.
+    page.check(f'input[name="_selected_action"][value="{failed.pk}"]')
+    page.select_option('select[name="action"]', "retry_selected")
+    page.click('button[name="index"]')
+    expect(page.locator(".messagelist .warning")).to_contain_text(
+        "0 dead letters retried, 1 skipped (already retried)"
+    )
+    assert Job.objects.count() == jobs_before + 1
+
+    for label, letter in [
+        ("shed (rate limit)", shed),
+        ("shed (CoDel)", codel),
+        ("unknown task", unknown),
+        ("failure", failed),
+    ]:
+        page.locator("#changelist-filter").get_by_role("link", name=label, exact=True).click()
+        expect(page).to_have_url(re.compile(r"kind="))
+        rows = page.locator("#result_list tbody tr")
+        expect(rows).to_have_count(1)
+        expect(rows.first.locator("td.field-id, th.field-id")).to_have_text(str(letter.pk))
+    page.locator("#changelist-filter").get_by_role("link", name="shed (rate limit)").click()
+    shot(page, "admin-dead-letters-shed.png")
+    assert DeadLetter.objects.filter(retried_at__isnull=False).count() == 1
