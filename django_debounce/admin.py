@@ -56,6 +56,7 @@ RUN_REASONS = {
     "quiet": _("the window went quiet: no call for one window length after the last call"),
     "max_wait": _("max wait reached: calls kept coming until the ceiling (opened + max wait)"),
     "not_debounced": _("not debounced: it was due at its run_at"),
+    "retry": _("a retry: an earlier attempt failed or its worker stopped; see attempts and error"),
 }
 
 

@@ -143,7 +143,15 @@ class Job(models.Model):
 
     @property
     def run_reason(self) -> str:
-        """Why the job became due when it did: ``"max_wait"``, ``"quiet"`` or ``"not_debounced"``."""
+        """Why the job became due when it did.
+
+        ``"retry"`` once an attempt has failed or been interrupted (its
+        ``run_at`` is then a backoff's or its old place in line, no longer what
+        the window decided); otherwise ``"max_wait"`` (the ceiling forced it),
+        ``"quiet"`` (no call for one window length) or ``"not_debounced"``.
+        """
+        if self.attempts > 1 or (self.attempts == 1 and self.status == self.Status.READY):
+            return "retry"
         if self.opened_at is None:
             return "not_debounced"
         if self.max_run_at is not None and self.run_at >= self.max_run_at:

@@ -232,7 +232,7 @@ def test_job_detail_explains_and_links(admin_client):
         debounce_key="page:1",
         error="ValueError: <boom>",
         traceback="Traceback (most recent call last):\n  x\nValueError: <boom>\n",
-        attempts=4,
+        attempts=1,  # its first attempt failed for good (max_retries=0)
         worker_id="host:123:w1",
         result=None,
     )
@@ -249,6 +249,9 @@ def test_job_detail_explains_and_links(admin_client):
     dependent_html = admin_client.get(url("job", "change", dependent.pk)).content.decode()
     assert url("job", "change", job.pk) in dependent_html  # "depends on" link
     assert "not debounced" in dependent_html
+    Job.objects.filter(pk=job.pk).update(attempts=4)
+    retried_html = admin_client.get(url("job", "change", job.pk)).content.decode()
+    assert "a retry: an earlier attempt failed" in retried_html
 
 
 def test_job_detail_of_open_window_shows_countdown(admin_client, clock):
