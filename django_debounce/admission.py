@@ -4,10 +4,12 @@
 jobs it selected may start. Flow-control state lives in one
 :class:`~django_debounce.models.TaskState` row per gated task name; the claim
 transaction locks the rows of the task names among its candidates
-(``SELECT … FOR UPDATE``, in ``task_name`` order so two claimers never
-deadlock), reads the live state, admits jobs in claim order and saves the
-rows before it commits. Every worker process on every machine therefore
-shares one token bucket, one concurrency count and one breaker per task.
+(``SELECT … FOR UPDATE SKIP LOCKED``, in ``task_name`` order; a row another
+claim holds is skipped, so claimers never deadlock or queue behind a stalled
+one, and that task admits nothing in this claim), reads the live state,
+admits jobs in claim order and saves the rows before it commits. Every
+worker process on every machine therefore shares one token bucket, one
+concurrency count and one breaker per task.
 
 Per task, a job is admitted when all of these allow it, checked in this order:
 
@@ -202,19 +204,20 @@ class Admission:
     def _lock(self, names: Iterable[str]) -> None:
         """Lock (and create where missing) the TaskState rows of ``names`` not yet held.
 
-        The first call waits for the locks, in ``task_name`` order. A later
-        call in the same claim (another candidate round) already holds some
-        locks, so waiting could deadlock with a claimer that locked in another
-        order: it skips rows locked elsewhere (where the database can), and
-        those names admit nothing in this claim.
+        Rows locked by another claim are skipped (where the database can skip
+        locked rows; otherwise the lock is waited for, in ``task_name``
+        order): those names admit nothing in this claim, and their jobs stay
+        READY for the next one. Never waiting matters: a claimer stalled
+        inside its claim transaction (SIGSTOP, a paused VM, a debugger) would
+        otherwise hold every other worker of the deployment in its claim,
+        ungated jobs included, for as long as it stays stalled.
         """
         wanted = sorted(set(names) - set(self.states) - self.unavailable)
         if not wanted:
             return
-        later = bool(self.states or self.unavailable)
         qs = TaskState.objects.using(self.using).filter(task_name__in=wanted).order_by("task_name")
         if self._can_lock:
-            qs = qs.select_for_update(skip_locked=later and self._can_skip)
+            qs = qs.select_for_update(skip_locked=self._can_skip)
         found = {row.task_name: row for row in qs}
         missing = [name for name in wanted if name not in found]
         if missing:
@@ -229,7 +232,7 @@ class Admission:
             )
             qs = TaskState.objects.using(self.using).filter(task_name__in=missing)
             if self._can_lock:
-                qs = qs.select_for_update(skip_locked=self._can_skip and (later or bool(found)))
+                qs = qs.select_for_update(skip_locked=self._can_skip)
             found.update({row.task_name: row for row in qs.order_by("task_name")})
         self.states.update(found)
         self.unavailable.update(name for name in wanted if name not in found)

@@ -5,6 +5,7 @@ Every id is listed in docs/reference/checks.md. Ids are never renumbered.
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from django.conf import settings as django_settings
@@ -186,3 +187,27 @@ def check_dead_letter_auto_retry(app_configs: Any = None, **kwargs: Any) -> list
             )
         ]
     return []
+
+
+@register()
+def check_unknown_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """W003: a ``DEBOUNCE_*`` setting the package does not know (most likely a typo).
+
+    A misspelled name (``DEBOUNCE_QUEUE``, ``DEBOUNCE_DEAD_LETTERS_AUTO_RETRY``) is
+    otherwise ignored without a word, and the feature it meant to turn on stays off.
+    """
+    known = {f"DEBOUNCE_{name}" for name in DEFAULTS}
+    messages: list[CheckMessage] = []
+    for name in sorted(dir(django_settings)):
+        if not name.startswith("DEBOUNCE_") or name in known:
+            continue
+        close = difflib.get_close_matches(name, sorted(known), n=1)
+        messages.append(
+            Warning(
+                f"{name} is not a django-debounce setting; it is ignored.",
+                hint=(f"Did you mean {close[0]}? " if close else "")
+                + "The settings are listed in docs/reference/settings.md.",
+                id="django_debounce.W003",
+            )
+        )
+    return messages

@@ -52,7 +52,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import DEFAULT_DB_ALIAS
+from django.db import DEFAULT_DB_ALIAS, connections
 
 from . import registry
 from .conf import CodelSettings, settings
@@ -232,11 +232,17 @@ def _droppable(job: Job) -> bool:
 
 
 def _lock_states(queues: list[str], using: str) -> dict[str, QueueState]:
-    """Return the QueueState rows of ``queues``, locked, creating missing ones."""
+    """Return the QueueState rows of ``queues``, locked, creating missing ones.
+
+    A row another claim holds is skipped where the database can skip locked
+    rows (its queue is then missing from the result): a claimer stalled inside
+    its claim (SIGSTOP, a paused VM) must not hold every other worker's claim.
+    """
+    skip = connections[using].features.has_select_for_update_skip_locked
     rows = {
         row.queue: row
         for row in QueueState.objects.using(using)
-        .select_for_update()
+        .select_for_update(skip_locked=skip)
         .filter(queue__in=queues)
         .order_by("queue")
     }
@@ -248,14 +254,20 @@ def _lock_states(queues: list[str], using: str) -> dict[str, QueueState]:
         rows.update(
             (row.queue, row)
             for row in QueueState.objects.using(using)
-            .select_for_update()
+            .select_for_update(skip_locked=skip)
             .filter(queue__in=missing)
             .order_by("queue")
         )
     return rows
 
 
-def apply_codel(jobs: Sequence[Job], *, now: datetime, using: str = DEFAULT_DB_ALIAS) -> list[Job]:
+def apply_codel(
+    jobs: Sequence[Job],
+    *,
+    now: datetime,
+    using: str = DEFAULT_DB_ALIAS,
+    busy: set[str] | None = None,
+) -> list[Job]:
     """Run the claim's candidate jobs through their queues' CoDel law; shed the dropped ones.
 
     Call it inside the claim transaction, after the candidates are locked and
@@ -276,9 +288,13 @@ def apply_codel(jobs: Sequence[Job], *, now: datetime, using: str = DEFAULT_DB_A
         jobs: the claim's candidates, READY and locked, in claim order.
         now: the claim time (``timezone.now()`` of the claim, §4.7).
         using: database alias.
+        busy: if given, the queues whose row another claim holds are added to it
+            (the caller may claim again without them).
 
     Returns:
-        The candidates that still run, in their order.
+        The candidates that still run, in their order. Candidates of a queue
+        whose row another claim holds right now are left out (neither run nor
+        shed: they stay READY for the next claim).
 
     Raises:
         ConfigurationError: ``DEBOUNCE_QUEUES`` is invalid (the system check
@@ -291,12 +307,18 @@ def apply_codel(jobs: Sequence[Job], *, now: datetime, using: str = DEFAULT_DB_A
     if not queues:
         return list(jobs)
     rows = _lock_states(queues, using)
+    locked_elsewhere = {queue for queue in queues if queue not in rows}
+    if busy is not None:
+        busy |= locked_elsewhere
+    queues = [queue for queue in queues if queue in rows]
     states = {queue: CodelState.from_row(rows[queue]) for queue in queues}
     last_of_queue = {job.queue: index for index, job in enumerate(jobs)}
     claimed_ids = [job.pk for job in jobs]
     kept: list[Job] = []
     shed = 0
     for index, job in enumerate(jobs):
+        if job.queue in locked_elsewhere:
+            continue  # another claim holds the queue's law: the job waits for the next claim
         params = config.get(job.queue)
         if params is None:
             kept.append(job)

@@ -474,7 +474,8 @@ def _lock_dependencies(plan: Plan, db: str) -> bool:
     found = dict(
         Job.objects.using(db)
         .select_for_update()
-        .filter(pk__in=plan.depends_on)
+        # An id past the 64-bit range names no job (and SQLite cannot even bind it).
+        .filter(pk__in=[pk for pk in plan.depends_on if pk < 2**63])
         .order_by("pk")
         .values_list("pk", "status")
     )

@@ -17,6 +17,11 @@ DurationLike = int | float | timedelta | str
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 
+#: The longest duration accepted: 100 years. Every duration is added to ``now`` somewhere
+#: (a deadline, an expiry, a breaker's reset, a backoff); a longer one is a typo, and one
+#: past ``datetime.max`` would raise ``OverflowError`` at enqueue or, worse, in every claim.
+MAX_DURATION = timedelta(days=36_500)
+
 
 def parse_duration(value: DurationLike, *, name: str = "duration") -> timedelta:
     """Return ``value`` as a strictly positive :class:`~datetime.timedelta`.
@@ -27,9 +32,27 @@ def parse_duration(value: DurationLike, *, name: str = "duration") -> timedelta:
         name: the option's name, used in the error message.
 
     Raises:
-        ConfigurationError: the value is zero, negative, not finite, of another
-            type, or a string that is not a sequence of ``<number><unit>`` parts.
+        ConfigurationError: the value is zero, negative, not finite, longer than
+            :data:`MAX_DURATION` (100 years), of another type, or a string that is
+            not a sequence of ``<number><unit>`` parts.
     """
+    try:
+        result = _parse(value, name)
+    except OverflowError:  # reported below as too long (or as not positive)
+        negative = isinstance(value, int | float) and value < 0
+        result = -MAX_DURATION if negative else MAX_DURATION * 2
+    if result <= timedelta(0):
+        raise ConfigurationError(f"{name}={value!r} must be longer than zero.")
+    if result > MAX_DURATION:
+        raise ConfigurationError(
+            f"{name}={value!r} is longer than the 100 years (36500d) a duration may last; "
+            "check the unit (e.g. '10s', not '10d')."
+        )
+    return result
+
+
+def _parse(value: DurationLike, name: str) -> timedelta:
+    """Return ``value`` as a ``timedelta`` of any sign (``OverflowError`` when out of range)."""
     if isinstance(value, bool):
         raise ConfigurationError(f"{name}={value!r} is not a duration; give seconds or '10s'.")
     if isinstance(value, timedelta):
@@ -58,6 +81,4 @@ def parse_duration(value: DurationLike, *, name: str = "duration") -> timedelta:
             f"{name}={value!r} has type {type(value).__name__}; give seconds, a timedelta "
             "or a string like '5m'."
         )
-    if result <= timedelta(0):
-        raise ConfigurationError(f"{name}={value!r} must be longer than zero.")
     return result

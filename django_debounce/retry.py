@@ -17,8 +17,17 @@ from datetime import timedelta
 def backoff_window(
     retry: int, min_backoff: timedelta, max_backoff: timedelta
 ) -> tuple[timedelta, timedelta]:
-    """Return the (earliest, latest) delay of retry number ``retry`` (1-based) with jitter."""
-    base = min(max_backoff, min_backoff * (2 ** max(0, retry - 1)))
+    """Return the (earliest, latest) delay of retry number ``retry`` (1-based) with jitter.
+
+    The doubling is capped before it is computed, so a task with many retries
+    (``max_retries`` up to 10,000) never overflows ``timedelta`` (it would
+    raise ``OverflowError`` while the worker records the failed run).
+    """
+    exponent = min(max(0, retry - 1), 256)  # 2.0 ** 256 times 100 years is still a finite float
+    if min_backoff.total_seconds() * 2.0**exponent >= max_backoff.total_seconds():
+        base = max_backoff
+    else:
+        base = min(max_backoff, min_backoff * (2**exponent))
     return base / 2, base
 
 

@@ -17,7 +17,7 @@ unknown (§8). The automatic sweep never asks for them.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -79,6 +79,7 @@ def retry_dead_letters(
     dry_run: bool = False,
     now: datetime | None = None,
     using: str = DEFAULT_DB_ALIAS,
+    progress: Callable[[], bool] | None = None,
 ) -> SweepResult:
     """Retry the dead letters that match the filters and were never retried (§8).
 
@@ -102,6 +103,10 @@ def retry_dead_letters(
         dry_run: count what would be retried; write nothing.
         now: the time the filters compare with (default ``timezone.now()``).
         using: database alias.
+        progress: called after each entry; returning ``False`` stops the
+            retries there (the rest stay for the next call). The worker passes
+            one that renews its running jobs' leases and stops on shutdown, so
+            a sweep through a large backlog never lets a lease lapse.
 
     Returns:
         A :class:`SweepResult` with the counts.
@@ -145,25 +150,33 @@ def retry_dead_letters(
         except Exception:
             result.failed += 1
             logger.exception("retrying dead letter %s failed", pk, extra={"action": "sweep_error"})
-            continue
-        if job is None:
-            result.already_retried += 1
         else:
-            result.retried += 1
-            result.job_ids.append(job.pk)
+            if job is None:
+                result.already_retried += 1
+            else:
+                result.retried += 1
+                result.job_ids.append(job.pk)
+        if progress is not None and not progress():
+            break
     return result
 
 
-def auto_retry(config: AutoRetry, *, using: str = DEFAULT_DB_ALIAS) -> SweepResult:
+def auto_retry(
+    config: AutoRetry,
+    *,
+    using: str = DEFAULT_DB_ALIAS,
+    progress: Callable[[], bool] | None = None,
+) -> SweepResult:
     """Run the automatic sweep of ``DEBOUNCE_DEAD_LETTER_AUTO_RETRY`` once (§8, §11).
 
     Retries every never-retried entry at least ``config.min_age`` old whose
     chain has had fewer than ``config.max_retries`` retries, skipping every
     reserved prefix. The worker calls it at the start of every ``--burst`` and
-    at most once per ``config.every`` on its loop.
+    at most once per ``config.every`` on its loop. ``progress``: as in
+    :func:`retry_dead_letters`.
     """
     result = retry_dead_letters(
-        older_than=config.min_age, max_depth=config.max_retries, using=using
+        older_than=config.min_age, max_depth=config.max_retries, using=using, progress=progress
     )
     if result.retried or result.failed:
         logger.info(

@@ -176,10 +176,13 @@ def claim_jobs(
         # transaction takes the database's write lock and would stall producers).
         return []
     gates = admission.current_gates()  # pure Python; empty: the fast path
+    busy: set[str] = set()  # CoDel queues whose state row another claim holds right now
     while True:
         with transaction.atomic(using=using):
             now = timezone.now()
             qs = claimable_jobs(now, queues).using(using)
+            if busy:
+                qs = qs.exclude(queue__in=sorted(busy))
             if features.has_select_for_update_skip_locked:
                 qs = qs.select_for_update(skip_locked=True)
             elif features.has_select_for_update:
@@ -191,9 +194,14 @@ def claim_jobs(
             # CoDel (§6): shed what each queue's control law drops (no query unless a candidate's
             # queue has CoDel). If it shed every candidate, commit that and claim again in a new
             # transaction (each round sheds a job; QueueState locks are taken last, see codel.py).
-            kept = apply_codel(jobs, now=now, using=using)
+            # A queue whose state row another claim holds is left out of the next round, so a
+            # claimer stalled in its claim never stalls this one (each round sheds a job or
+            # finds one more busy queue, so the loop ends).
+            seen_busy = len(busy)
+            kept = apply_codel(jobs, now=now, using=using, busy=busy)
             if jobs and not kept:
-                continue
+                if len(busy) > seen_busy or any(job.status == Status.SHED for job in jobs):
+                    continue
             jobs = kept
             if not jobs:
                 return []
@@ -582,7 +590,21 @@ class Worker:
         now = timezone.now()
         if self._next_sweep_at is not None and now < self._next_sweep_at:
             return
-        auto_retry(config, using=self.using)
+        # The sweep runs on the loop thread, which also renews the running jobs' leases: renew
+        # them between entries when a third of the lease has passed, and stop on shutdown, so a
+        # sweep through a large backlog never lets a lease lapse (a lapsed lease is a rerun).
+        renew_at = now + self.lease / 3
+
+        def progress() -> bool:
+            nonlocal renew_at
+            if self._stopping.is_set():
+                return False
+            if self._in_flight and timezone.now() >= renew_at:
+                self._renew()
+                renew_at = timezone.now() + self.lease / 3
+            return True
+
+        auto_retry(config, using=self.using, progress=progress)
         self._next_sweep_at = now + config.every
 
     def _claim(self, limit: int) -> list[Job]:
@@ -872,6 +894,13 @@ class Worker:
             return
         job.status, job.result, job.finished_at = Status.SUCCESSFUL, stored, now
         job.lease_expires_at = job.unique_lock = None
+        logger.info(
+            "job %s (%s) succeeded on attempt %d",
+            job.pk,
+            job.task_name,
+            job.attempts,
+            extra={"action": "job_succeeded", "job_id": job.pk},
+        )
         send_signal(job_finished, job=job, status=job.status)
 
     def _retry_or_bury(
@@ -907,6 +936,15 @@ class Worker:
                 self._late(job)
                 return
             job.status, job.run_at, job.error, job.traceback = Status.READY, run_at, error, tb
+            logger.info(
+                "job %s (%s) failed attempt %d of %d; retry at %s",
+                job.pk,
+                job.task_name,
+                job.attempts,
+                job.max_retries + 1,
+                run_at.isoformat(),
+                extra={"action": "job_retry", "job_id": job.pk},
+            )
             send_signal(job_finished, job=job, status=job.status)
             return
         letter = self._persist(
@@ -946,6 +984,14 @@ class Worker:
             admission.record_run(job, succeeded=False, now=now, using=self.using)
         job.status, job.finished_at, job.error, job.traceback = Status.FAILED, now, error, tb
         job.lease_expires_at = job.unique_lock = None
+        logger.warning(
+            "job %s (%s) failed for good; dead letter %s: %s",
+            job.pk,
+            job.task_name,
+            letter.pk,
+            reason[:200],
+            extra={"action": "dead_letter", "job_id": job.pk},
+        )
         send_signal(job_finished, job=job, status=job.status)
         send_signal(job_dead_lettered, job=job, dead_letter=letter)
         return letter

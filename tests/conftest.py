@@ -42,7 +42,7 @@ def is_postgres() -> bool:
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("postgres"):
-        require_service(is_postgres(), "needs PostgreSQL: set DATABASE_URL=postgres://…")
+        require_service(is_postgres(), "needs PostgreSQL: run python3 dev.py test --db postgres")
 
 
 @pytest.fixture

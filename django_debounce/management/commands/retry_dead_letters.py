@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -71,6 +72,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         older_than = options["older_than"]
         if older_than is not None:
+            if isinstance(older_than, str) and re.fullmatch(r"\s*\d+(\.\d+)?\s*", older_than):
+                older_than = float(older_than)  # the help promises seconds: "--older-than 600"
             try:
                 older_than = parse_duration(older_than, name="--older-than")
             except ConfigurationError as exc:
