@@ -1,9 +1,11 @@
-"""The admin: open windows, jobs and dead letters (contract §8, §9).
+"""The admin: open windows, jobs, dead letters and flow-control state (contract §6, §8, §9).
 
 Every page is read-only: rows change only through the package's transitions,
-here the actions "Run now" and "Cancel" (open windows, :mod:`.windows`) and
+here the actions "Run now" and "Cancel" (READY jobs, :mod:`.windows`) and
 "Retry selected" (dead letters, :meth:`.DeadLetter.retry`). There is no add,
-change or delete anywhere.
+change or delete anywhere. A READY job's page says what holds it back
+(:mod:`.holds`); the task and queue state pages show breakers, token
+buckets, caps and CoDel as of now.
 
 Changelists stay cheap on large tables (issue #4, 1M jobs): a page load runs a
 fixed number of queries whatever the page size; the count is capped
@@ -20,15 +22,17 @@ from typing import Any
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 from django.http import HttpRequest
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from . import windows
+from . import holds, windows
 from .admin_helpers import (
     KINDS,
     CappedCountPaginator,
@@ -38,6 +42,8 @@ from .admin_helpers import (
     RetriedFilter,
     TaskFilter,
     countdown_html,
+    exact_dead_letter_search,
+    exact_job_search,
     job_link,
     kind_of,
     payload_preview,
@@ -46,7 +52,7 @@ from .admin_helpers import (
     time_text,
 )
 from .exceptions import DebounceError
-from .models import DeadLetter, Job, OpenWindow
+from .models import DeadLetter, Job, OpenWindow, QueueState, TaskState
 
 #: An action handles at most this many selected rows per click.
 MAX_ACTION_ROWS = 1_000
@@ -104,33 +110,73 @@ class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 
 class WindowActionsAdmin(ReadOnlyAdmin):
-    """The "Run now" and "Cancel" actions, guarded by ``django_debounce.change_job``."""
+    """The "Run now" and "Cancel" actions, guarded by ``django_debounce.change_job``.
+
+    They act on READY jobs (:mod:`.windows`); with :attr:`only_open_windows`
+    (the open-windows page) only on jobs that are still open windows.
+    """
+
+    #: Act only on open windows (the open-windows page), not on every READY job.
+    only_open_windows = False
 
     def has_windows_permission(self, request: HttpRequest) -> bool:
-        """Return whether the user may run or cancel open windows (``change_job``)."""
+        """Return whether the user may run or cancel waiting jobs (``change_job``)."""
         return bool(request.user.has_perm("django_debounce.change_job"))
 
     def _report(
         self, request: HttpRequest, done_text: str, result: windows.WindowActionResult
     ) -> None:
+        """Report what was done, then each kind of refusal, naming the jobs."""
         if result.done:
             self.message_user(request, done_text, messages.SUCCESS)
-        if result.refused:
-            self.message_user(
-                request,
+        refusals = [
+            (
+                result.running,
+                ngettext(
+                    "%(count)d job refused: a worker claimed it meanwhile (it is running): "
+                    "%(ids)s.",
+                    "%(count)d jobs refused: a worker claimed them meanwhile (they are running): "
+                    "%(ids)s.",
+                    len(result.running),
+                ),
+            ),
+            (
+                sorted(result.finished),
+                ngettext(
+                    "%(count)d job refused: it already finished: %(ids)s.",
+                    "%(count)d jobs refused: they already finished: %(ids)s.",
+                    len(result.finished),
+                ),
+            ),
+            (
+                result.not_window,
                 ngettext(
                     "%(count)d job refused: it is no longer an open window (a worker claimed it "
-                    "meanwhile, or it finished): %(ids)s.",
+                    "meanwhile and it now waits for a retry; act on it from the Jobs page): "
+                    "%(ids)s.",
                     "%(count)d jobs refused: they are no longer open windows (a worker claimed "
-                    "them meanwhile, or they finished): %(ids)s.",
-                    len(result.refused),
-                )
-                % {
-                    "count": len(result.refused),
-                    "ids": ", ".join(f"#{pk}" for pk in result.refused),
-                },
-                messages.WARNING,
+                    "them meanwhile and they now wait for a retry; act on them from the Jobs "
+                    "page): %(ids)s.",
+                    len(result.not_window),
+                ),
+            ),
+            (
+                result.missing,
+                ngettext(
+                    "%(count)d job refused: no such job: %(ids)s.",
+                    "%(count)d jobs refused: no such jobs: %(ids)s.",
+                    len(result.missing),
+                ),
+            ),
+        ]
+        for ids, text in refusals:
+            if not ids:
+                continue
+            names = ", ".join(
+                f"#{pk} ({result.finished[pk].lower()})" if pk in result.finished else f"#{pk}"
+                for pk in ids
             )
+            self.message_user(request, text % {"count": len(ids), "ids": names}, messages.WARNING)
 
     def _selected(self, request: HttpRequest, queryset: QuerySet[Any]) -> list[int] | None:
         """Return the ids the operator ticked, also those no longer in the changelist's queryset.
@@ -149,40 +195,64 @@ class WindowActionsAdmin(ReadOnlyAdmin):
             return self._too_many(request, Job.objects.filter(pk__in=ids))
         return ids
 
+    def _flow_control_note(self, request: HttpRequest, job_ids: list[int]) -> None:
+        """Say which of the jobs made due still pass flow control at claim (§6)."""
+        by_task: dict[str, list[int]] = {}
+        for pk, name in (
+            Job.objects.filter(pk__in=job_ids).order_by("pk").values_list("pk", "task_name")
+        ):
+            by_task.setdefault(name, []).append(pk)
+        notes = holds.flow_control_notes(list(by_task))
+        for name, note in notes.items():
+            ids = by_task[name]
+            shown = ", ".join(f"#{pk}" for pk in ids[:20]) + (" …" if len(ids) > 20 else "")
+            self.message_user(
+                request,
+                _(
+                    "Run now does not bypass flow control: task %(task)s %(note)s. "
+                    "Waiting there: %(ids)s."
+                )
+                % {"task": name, "note": note, "ids": shown},
+                messages.WARNING,
+            )
+
     @admin.action(description=_("Run now (deadline = now)"), permissions=["windows"])
     def run_now(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        """Make the selected open windows due now (:func:`.windows.run_now`)."""
+        """Make the selected READY jobs due now (:func:`.windows.run_now`)."""
         if not self.has_windows_permission(request):
             raise PermissionDenied
         ids = self._selected(request, queryset)
         if ids is None:
             return
-        result = windows.run_now(ids)
+        result = windows.run_now(ids, only_open_windows=self.only_open_windows)
         count = len(result.done)
-        self._report(
-            request,
-            ngettext(
-                "%(count)d open window made due now.",
-                "%(count)d open windows made due now.",
-                count,
+        if self.only_open_windows:
+            text = ngettext(
+                "%(count)d open window made due now.", "%(count)d open windows made due now.", count
             )
-            % {"count": count},
-            result,
-        )
+        else:
+            text = ngettext("%(count)d job made due now.", "%(count)d jobs made due now.", count)
+        self._report(request, text % {"count": count}, result)
+        if result.done:
+            self._flow_control_note(request, result.done)
 
     @admin.action(description=_("Cancel (never run)"), permissions=["windows"])
     def cancel(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        """Cancel the selected open windows and their dependents (:func:`.windows.cancel`)."""
+        """Cancel the selected READY jobs and their dependents (:func:`.windows.cancel`)."""
         if not self.has_windows_permission(request):
             raise PermissionDenied
         ids = self._selected(request, queryset)
         if ids is None:
             return
-        result = windows.cancel(ids)
+        result = windows.cancel(ids, only_open_windows=self.only_open_windows)
         count = len(result.done)
-        text = ngettext(
-            "%(count)d open window cancelled.", "%(count)d open windows cancelled.", count
-        ) % {"count": count}
+        if self.only_open_windows:
+            text = ngettext(
+                "%(count)d open window cancelled.", "%(count)d open windows cancelled.", count
+            )
+        else:
+            text = ngettext("%(count)d job cancelled.", "%(count)d jobs cancelled.", count)
+        text %= {"count": count}
         if result.cancelled_dependents:
             text += " " + ngettext(
                 "%(count)d dependent job cancelled with it.",
@@ -212,6 +282,13 @@ class JobAdmin(WindowActionsAdmin):
     search_fields = ["=id", "=debounce_key", "=task_name"]
     search_help_text = _("Exact job id, debounce key or task name.")
     actions = ["run_now", "cancel"]
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
+    ) -> tuple[QuerySet[Any], bool]:
+        """Exact, index-served search (:func:`.admin_helpers.exact_job_search`; issue #4)."""
+        return exact_job_search(queryset, search_term), False
+
     fieldsets = [
         (
             None,
@@ -223,6 +300,7 @@ class JobAdmin(WindowActionsAdmin):
                     "priority",
                     "status",
                     "why_it_ran",
+                    "held_back_by",
                     "window",
                     "debounce_key",
                     "unique_key",
@@ -275,12 +353,55 @@ class JobAdmin(WindowActionsAdmin):
 
     @admin.display(description=_("why it ran when it did"))
     def why_it_ran(self, job: Job) -> str:
-        reason = str(RUN_REASONS[job.run_reason])
         if job.is_open_window:
             return _("window still open; if no call comes, it will run because %(r)s") % {
-                "r": reason
+                "r": RUN_REASONS[job.run_reason]
             }
-        return reason
+        if job.status == Job.Status.READY:
+            if job.attempts == 0:
+                return _("has not run yet (due %(due)s)") % {"due": time_text(job.run_at)}
+            return _(
+                "waiting for a retry (attempt %(next)d due %(due)s): an earlier attempt failed "
+                "or its worker stopped; see error"
+            ) % {"next": job.attempts + 1, "due": time_text(job.run_at)}
+        if job.status in (Job.Status.SHED, Job.Status.EXPIRED, Job.Status.CANCELLED):
+            why = _never_ran_because(job)
+            if job.attempts == 0:
+                return _("never ran: %(why)s") % {"why": why}
+            return ngettext(
+                "did not run again after %(n)d attempt: %(why)s",
+                "did not run again after %(n)d attempts: %(why)s",
+                job.attempts,
+            ) % {"n": job.attempts, "why": why}
+        return str(RUN_REASONS[job.run_reason])
+
+    @admin.display(description=_("held back by"))
+    def held_back_by(self, job: Job) -> SafeString | str:
+        """What keeps a READY job from being claimed now (:func:`.holds.held_back`)."""
+        if job.status != Job.Status.READY:
+            return "—"
+        found = holds.held_back(job)
+        if not found:
+            return _(
+                "nothing: it is due and free to run; a worker serving queue %(queue)s claims it "
+                "next (check that one runs)"
+            ) % {"queue": job.queue}
+        rows = []
+        for hold in found:
+            if hold.job_id is None:
+                rows.append(format_html("<div>{}</div>", hold.text))
+                continue
+            before, mark, after = hold.text.partition(f"#{hold.job_id}")
+            rows.append(
+                format_html(
+                    '<div>{}<a href="{}">{}</a>{}</div>',
+                    before,
+                    reverse("admin:django_debounce_job_change", args=[hold.job_id]),
+                    mark,
+                    after,
+                )
+            )
+        return format_html_join("", "{}", ((row,) for row in rows))
 
     @admin.display(description=_("window"))
     def window(self, job: Job) -> SafeString | str:
@@ -336,6 +457,42 @@ class JobAdmin(WindowActionsAdmin):
         return _job_list(job.dependents.order_by("pk").values_list("pk", "task_name", "status"))
 
 
+def _never_ran_because(job: Job) -> str:
+    """Why a SHED, EXPIRED or CANCELLED job did not run (one query for SHED and CANCELLED)."""
+    if job.status == Job.Status.EXPIRED:
+        return _("expired at %(at)s (not started by its expiry)") % {
+            "at": time_text(job.expires_at or job.finished_at)
+        }
+    if job.status == Job.Status.SHED:
+        reason = (
+            DeadLetter.objects.filter(job=job)
+            .order_by("-created_at", "-id")
+            .values_list("reason", flat=True)
+            .first()
+        )
+        if reason is None:
+            return _("shed at %(at)s") % {"at": time_text(job.finished_at)}
+        if reason.startswith("codel:"):
+            return _("shed by CoDel (%(r)s)") % {"r": reason.removeprefix("codel:").strip()}
+        if reason.startswith("shed:"):
+            return _("shed by the %(r)s") % {"r": reason.removeprefix("shed:").strip()}
+        return _("shed: %(r)s") % {"r": reason}
+    failed = (
+        job.depends_on.exclude(status__in=[Job.Status.SUCCESSFUL, Job.Status.READY])
+        .exclude(status=Job.Status.RUNNING)
+        .order_by("pk")
+        .values_list("pk", "status")
+        .first()
+    )
+    if failed is not None:
+        return _("cancelled at %(at)s because job #%(pk)d it depends on ended %(status)s") % {
+            "at": time_text(job.finished_at),
+            "pk": failed[0],
+            "status": failed[1],
+        }
+    return _("cancelled at %(at)s") % {"at": time_text(job.finished_at)}
+
+
 def _retried_into(job: Job) -> list[int]:
     return list(DeadLetter.objects.filter(retry_job=job).values_list("pk", flat=True)[:20])
 
@@ -375,12 +532,19 @@ class OpenWindowAdmin(JobAdmin):
     search_fields = ["debounce_key"]
     search_help_text = _("Part of the debounce key.")
     ordering = ["run_at", "id"]
+    only_open_windows = True
 
     class Media:
         js = ["django_debounce/countdown.js"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         return OpenWindow.objects.open_windows()
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
+    ) -> tuple[QuerySet[Any], bool]:
+        """Django's substring search on ``debounce_key``: open windows are few (a scan is cheap)."""
+        return admin.ModelAdmin.get_search_results(self, request, queryset, search_term)
 
     @admin.display(description=_("job"), ordering="id")
     def job(self, window: Job) -> SafeString | str:
@@ -431,6 +595,13 @@ class DeadLetterAdmin(ReadOnlyAdmin):
     search_help_text = _("Exact dead-letter id, task name or original job id.")
     ordering = ["-created_at", "-id"]
     actions = ["retry_selected"]
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
+    ) -> tuple[QuerySet[Any], bool]:
+        """Exact, index-served search (:func:`.admin_helpers.exact_dead_letter_search`)."""
+        return exact_dead_letter_search(queryset, search_term), False
+
     fieldsets = [
         (None, {"fields": ["id", "kind", "task_name", "queue", "created_at_time", "reason"]}),
         (_("Call"), {"fields": ["arguments"]}),
@@ -538,3 +709,143 @@ class DeadLetterAdmin(ReadOnlyAdmin):
                 % {"pk": pk, "error": error},
                 messages.ERROR,
             )
+
+
+# -- flow-control state (read-only) --------------------------------------------------
+
+
+@admin.register(TaskState)
+class TaskStateAdmin(ReadOnlyAdmin):
+    """Per-task flow-control state (§6): breaker, token bucket now, running vs cap.
+
+    View-only, like every page here. The token level is computed for now with
+    the registered task's rate (:mod:`.throttle`); the running count is one
+    subquery per row of the page (live leases, as the cap counts them). A task
+    with no row has never been gated yet: a full bucket and a closed breaker.
+    """
+
+    list_display = [
+        "task_name",
+        "breaker",
+        "failures_count",
+        "opened_at_time",
+        "reset_due_at",
+        "probe_job",
+        "tokens_now",
+        "running_vs_cap",
+    ]
+    list_display_links = ["task_name"]
+    list_filter = ["breaker_state"]
+    search_fields = ["=task_name"]
+    search_help_text = _("Exact task name.")
+    ordering = ["task_name"]
+    fields = [
+        "task_name",
+        "breaker",
+        "failures_count",
+        "opened_at_time",
+        "reset_due_at",
+        "probe_job",
+        "tokens_now",
+        "running_vs_cap",
+        "stored_tokens",
+    ]
+
+    opened_at_time = time_column("opened_at", _("opened at"))
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        now = timezone.now()
+        running = (
+            Job.objects.filter(
+                task_name=OuterRef("task_name"),
+                status=Job.Status.RUNNING,
+                lease_expires_at__gt=now,
+            )
+            .order_by()
+            .values("task_name")
+            .annotate(n=Count("pk"))
+            .values("n")
+        )
+        qs: QuerySet[Any] = super().get_queryset(request)
+        qs = qs.annotate(running_now=Coalesce(Subquery(running, output_field=IntegerField()), 0))
+        return qs
+
+    def _view(self, state: TaskState) -> holds.FlowView:
+        return holds.flow_view(
+            state.task_name,
+            state,
+            now=timezone.now(),
+            running=getattr(state, "running_now", None),
+        )
+
+    @admin.display(description=_("breaker"), ordering="breaker_state")
+    def breaker(self, state: TaskState) -> str:
+        view = self._view(state)
+        if view.gate is not None and view.gate.breaker is None:
+            return str(_("none declared"))
+        return str(state.get_breaker_state_display())
+
+    @admin.display(description=_("consecutive failures"), ordering="failures")
+    def failures_count(self, state: TaskState) -> int:
+        return state.failures
+
+    @admin.display(description=_("reset due at"))
+    def reset_due_at(self, state: TaskState) -> str:
+        return time_text(self._view(state).reset_due_at)
+
+    @admin.display(description=_("probe job"))
+    def probe_job(self, state: TaskState) -> SafeString | str:
+        return job_link(state.probe_job_id)
+
+    @admin.display(description=_("tokens now"))
+    def tokens_now(self, state: TaskState) -> str:
+        view = self._view(state)
+        if not view.registered:
+            return str(_("task not registered here"))
+        if view.gate is None or view.gate.bucket is None or view.tokens is None:
+            return str(_("no rate limit"))
+        text = f"{view.tokens:.2f} / {view.capacity} ({view.gate.bucket.text})"
+        if view.next_token_at is not None:
+            text += " · " + str(_("next token ~%(at)s") % {"at": time_text(view.next_token_at)})
+        return text
+
+    @admin.display(description=_("running / cap"))
+    def running_vs_cap(self, state: TaskState) -> str:
+        view = self._view(state)
+        running = view.running if view.running is not None else "?"
+        if view.cap is None:
+            return f"{running} / {_('no cap')}"
+        return f"{running} / {view.cap}"
+
+    @admin.display(description=_("stored tokens (at)"))
+    def stored_tokens(self, state: TaskState) -> str:
+        if state.tokens is None:
+            return str(_("never used (full)"))
+        return f"{state.tokens:.3f} @ {time_text(state.tokens_at)}"
+
+
+@admin.register(QueueState)
+class QueueStateAdmin(ReadOnlyAdmin):
+    """Per-queue CoDel state (§6, RFC 8289 §5), view-only."""
+
+    list_display = [
+        "queue",
+        "dropping",
+        "drop_count",
+        "next_drop",
+        "first_above",
+        "last_drop_count",
+    ]
+    list_display_links = ["queue"]
+    ordering = ["queue"]
+    fields = [
+        "queue",
+        "dropping",
+        "drop_count",
+        "next_drop",
+        "first_above",
+        "last_drop_count",
+    ]
+
+    next_drop = time_column("drop_next_at", _("next drop"))
+    first_above = time_column("first_above_at", _("first above target (+ interval)"))

@@ -1,11 +1,14 @@
-"""Operator actions on open debounce windows (contract §4.1, §9): run now, cancel.
+"""Operator actions on waiting jobs (contract §4.1, §9): run now, cancel.
 
-Both act only on jobs that are still open windows (READY and never claimed,
-``window_key IS NOT NULL``) at the moment of the write. The rows are locked
-and the change is a conditional ``UPDATE … WHERE status = 'READY' AND
-window_key IS NOT NULL``, so a job that a worker claimed meanwhile (even a
-microsecond before) is left untouched and reported as refused: a claimed job
-is never changed (§4.5).
+Both act on jobs that are READY at the moment of the write: open debounce
+windows, and equally jobs that are not windows (a countdown/eta job, a job
+waiting for its retry's backoff, a job held back by a circuit breaker, a
+concurrency cap or a rate limit). The rows are locked and the change is a
+conditional ``UPDATE … WHERE status = 'READY'``, so a job that a worker
+claimed meanwhile (even a microsecond before) is left untouched and reported
+as refused: a claimed job is never changed (§4.5). With
+``only_open_windows=True`` (the admin's "Open windows" page) they act only on
+jobs that are still open windows (``window_key IS NOT NULL``).
 
 Used by the admin's "Run now" and "Cancel" actions; callable from code too.
 """
@@ -32,15 +35,24 @@ Status = Job.Status
 
 @dataclass(frozen=True)
 class WindowActionResult:
-    """What a window action did to the jobs it was given."""
+    """What a run-now or cancel did to the jobs it was given (all lists ascending)."""
 
     done: list[int] = field(default_factory=list)
-    """Primary keys of the open windows acted on, ascending."""
+    """Primary keys of the READY jobs acted on (open windows or not)."""
     refused: list[int] = field(default_factory=list)
-    """Primary keys that were not open windows at the write (claimed meanwhile,
-    finished, or missing), ascending."""
+    """Every primary key not acted on: the union of :attr:`running`, :attr:`finished`,
+    :attr:`not_window` and :attr:`missing`."""
     cancelled_dependents: list[int] = field(default_factory=list)
-    """``cancel()`` only: dependents cancelled with the windows (§6), breadth first."""
+    """``cancel()`` only: dependents cancelled with the jobs (§6), breadth first."""
+    running: list[int] = field(default_factory=list)
+    """Refused: RUNNING at the write (a worker claimed it meanwhile)."""
+    finished: dict[int, str] = field(default_factory=dict)
+    """Refused: already finished, id → its status (``"SUCCESSFUL"``, ``"CANCELLED"``, …)."""
+    not_window: list[int] = field(default_factory=list)
+    """Refused with ``only_open_windows=True``: READY but no longer an open window (it was
+    claimed meanwhile and now waits for a retry)."""
+    missing: list[int] = field(default_factory=list)
+    """Refused: no such row."""
 
 
 def _ids(job_ids: Iterable[int]) -> list[int]:
@@ -55,38 +67,81 @@ def _ids(job_ids: Iterable[int]) -> list[int]:
     return sorted(set(ids))
 
 
-def _lock_open(ids: list[int], using: str) -> list[int]:
-    """Lock the rows of ``ids`` that are open windows; return their keys (in a transaction).
+def _lock_ready(ids: list[int], using: str, only_open_windows: bool) -> list[int]:
+    """Lock the rows of ``ids`` that are READY (open windows only, if asked); return their keys.
 
-    On PostgreSQL, ``SELECT … FOR UPDATE`` waits for a claim in flight and then
-    re-checks the ``WHERE`` on the claimed row version, so a job claimed
-    meanwhile drops out. SQLite's IMMEDIATE transactions serialize writers.
+    Call it in a transaction. On PostgreSQL, ``SELECT … FOR UPDATE`` waits
+    for a claim in flight and then re-checks the ``WHERE`` on the claimed row
+    version, so a job claimed meanwhile drops out. SQLite's IMMEDIATE
+    transactions serialize writers.
     """
-    qs = Job.objects.using(using).open_windows().filter(pk__in=ids).order_by("pk")
+    # An id past the 64-bit range names no row (and SQLite cannot even bind it): refused.
+    ids = [pk for pk in ids if 0 < pk < 2**63]
+    qs = Job.objects.using(using).filter(pk__in=ids, status=Status.READY)
+    if only_open_windows:
+        qs = qs.filter(window_key__isnull=False)
+    qs = qs.order_by("pk")
     if connections[using].features.has_select_for_update:
         qs = qs.select_for_update()
     return list(qs.values_list("pk", flat=True))
 
 
-def run_now(
-    job_ids: Iterable[int], *, now: datetime | None = None, using: str = DEFAULT_DB_ALIAS
+def _result(
+    ids: list[int], done: list[int], using: str, dependents: list[int] | None = None
 ) -> WindowActionResult:
-    """Make the given open windows due now: ``run_at = min(run_at, now)``.
+    """Build the result, sorting the refused ids by why (one query when any was refused)."""
+    refused = sorted(set(ids) - set(done))
+    statuses = dict(
+        Job.objects.using(using)
+        .filter(pk__in=[pk for pk in refused if 0 < pk < 2**63])
+        .values_list("pk", "status")
+        if refused
+        else []
+    )
+    return WindowActionResult(
+        done=done,
+        refused=refused,
+        cancelled_dependents=dependents or [],
+        running=[pk for pk in refused if statuses.get(pk) == Status.RUNNING],
+        finished={
+            pk: statuses[pk]
+            for pk in refused
+            if statuses.get(pk) not in (None, Status.READY, Status.RUNNING)
+        },
+        not_window=[pk for pk in refused if statuses.get(pk) == Status.READY],
+        missing=[pk for pk in refused if pk not in statuses],
+    )
 
-    The window stays open (§4.1: open until first claimed, also while due), so
-    a call arriving before a worker claims it still joins it; its ceiling is
-    unchanged. A window already due keeps its ``run_at`` (its place in line).
+
+def run_now(
+    job_ids: Iterable[int],
+    *,
+    now: datetime | None = None,
+    only_open_windows: bool = False,
+    using: str = DEFAULT_DB_ALIAS,
+) -> WindowActionResult:
+    """Make the given READY jobs due now: ``run_at = min(run_at, now)``.
+
+    An open window stays open (§4.1: open until first claimed, also while
+    due), so a call arriving before a worker claims it still joins it; its
+    ceiling is unchanged. A job already due keeps its ``run_at`` (its place
+    in line). A job waiting for a retry's backoff or an eta becomes due now.
+    Run now bypasses nothing else: a dependency not yet successful, an
+    earlier run of the same key, a circuit breaker, a concurrency cap and a
+    rate limit still apply when a worker claims the job (§4.5, §6).
 
     Args:
         job_ids: primary keys (ints) of ``Job`` rows, any order, duplicates ignored.
         now: the new deadline, an aware datetime; default ``timezone.now()``
             (the package's one clock, §4.7).
+        only_open_windows: act only on jobs that are still open windows
+            (refuse other READY jobs, reported in ``not_window``).
         using: database alias.
 
     Returns:
-        :class:`WindowActionResult`: ``done`` the windows moved (or already
-        due), ``refused`` the ids that were not open windows at the write —
-        claimed by a worker meanwhile, finished, or no such row.
+        :class:`WindowActionResult`: ``done`` the jobs moved (or already due),
+        ``refused`` the others, sorted by why: ``running`` (claimed by a worker
+        meanwhile), ``finished``, ``not_window``, ``missing``.
 
     Raises:
         TypeError: an id is not an int (nothing is written).
@@ -94,42 +149,45 @@ def run_now(
     ids = _ids(job_ids)
     now = now or timezone.now()
     with transaction.atomic(using=using):
-        open_ids = _lock_open(ids, using)
-        if open_ids:
-            Job.objects.using(using).filter(
-                pk__in=open_ids, status=Status.READY, window_key__isnull=False
-            ).update(run_at=Least("run_at", Value(now, output_field=DateTimeField())))
-    result = WindowActionResult(done=open_ids, refused=sorted(set(ids) - set(open_ids)))
-    if open_ids:
+        done = _lock_ready(ids, using, only_open_windows)
+        if done:
+            Job.objects.using(using).filter(pk__in=done, status=Status.READY).update(
+                run_at=Least("run_at", Value(now, output_field=DateTimeField()))
+            )
+        result = _result(ids, done, using)
+    if done:
         logger.info(
-            "run now: %d open window(s) made due: %s",
-            len(open_ids),
-            open_ids,
-            extra={"action": "window_run_now"},
+            "run now: %d job(s) made due: %s", len(done), done, extra={"action": "window_run_now"}
         )
     return result
 
 
 def cancel(
-    job_ids: Iterable[int], *, now: datetime | None = None, using: str = DEFAULT_DB_ALIAS
+    job_ids: Iterable[int],
+    *,
+    now: datetime | None = None,
+    only_open_windows: bool = False,
+    using: str = DEFAULT_DB_ALIAS,
 ) -> WindowActionResult:
-    """Cancel the given open windows: they end CANCELLED and never run.
+    """Cancel the given READY jobs: they end CANCELLED and never run (again).
 
-    CANCELLED is a planned outcome (§8): no dead letter and no signal. The
-    window closes (``window_key`` and ``unique_lock`` cleared), so the key's
-    next call opens a new window. Jobs depending on a cancelled window are
-    cancelled too, transitively, in the same transaction (§6).
+    CANCELLED is a planned outcome (§8): no dead letter and no signal. An
+    open window closes (``window_key`` and ``unique_lock`` cleared), so the
+    key's next call opens a new window. Jobs depending on a cancelled job are
+    cancelled too, transitively, in the same transaction (§6). A claimed
+    (RUNNING) or finished job is never changed.
 
     Args:
         job_ids: primary keys (ints) of ``Job`` rows, any order, duplicates ignored.
         now: the ``finished_at`` written, an aware datetime; default ``timezone.now()``.
+        only_open_windows: act only on jobs that are still open windows.
         using: database alias.
 
     Returns:
-        :class:`WindowActionResult`: ``done`` the windows cancelled, ``refused``
-        the ids that were not open windows at the write (claimed by a worker
-        meanwhile, finished, or no such row), ``cancelled_dependents`` the
-        dependents cancelled with them.
+        :class:`WindowActionResult`: ``done`` the jobs cancelled, ``refused``
+        the others sorted by why (``running``: claimed by a worker meanwhile;
+        ``finished``; ``not_window``; ``missing``), ``cancelled_dependents``
+        the dependents cancelled with them.
 
     Raises:
         TypeError: an id is not an int (nothing is written).
@@ -138,21 +196,13 @@ def cancel(
     now = now or timezone.now()
     dependents: list[int] = []
     with transaction.atomic(using=using):
-        open_ids = _lock_open(ids, using)
-        if open_ids:
-            Job.objects.using(using).filter(
-                pk__in=open_ids, status=Status.READY, window_key__isnull=False
-            ).update(status=Status.CANCELLED, finished_at=now, window_key=None, unique_lock=None)
-            dependents = cancel_dependents(open_ids, now=now, using=using)
-    if open_ids:
-        logger.info(
-            "cancelled %d open window(s): %s",
-            len(open_ids),
-            open_ids,
-            extra={"action": "window_cancel"},
-        )
-    return WindowActionResult(
-        done=open_ids,
-        refused=sorted(set(ids) - set(open_ids)),
-        cancelled_dependents=dependents,
-    )
+        done = _lock_ready(ids, using, only_open_windows)
+        if done:
+            Job.objects.using(using).filter(pk__in=done, status=Status.READY).update(
+                status=Status.CANCELLED, finished_at=now, window_key=None, unique_lock=None
+            )
+            dependents = cancel_dependents(done, now=now, using=using)
+        result = _result(ids, done, using, dependents)
+    if done:
+        logger.info("cancelled %d job(s): %s", len(done), done, extra={"action": "window_cancel"})
+    return result

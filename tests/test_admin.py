@@ -20,6 +20,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_debounce.admin_helpers import CappedCountPaginator, format_countdown
+from django_debounce.keys import window_hash
 from django_debounce.models import DeadLetter, Job, JobDependency
 from tests.conftest import T
 from tests.factories import DeadLetterFactory, JobFactory
@@ -47,10 +48,11 @@ def window_job(key: str = "page:1", **fields: Any) -> Job:
         "max_run_at": opened + dt.timedelta(minutes=1),
         "debounce_key": key,
         "window_key": marker,
-        "key_hash": marker,
         "created_at": opened,
     }
     defaults.update(fields)
+    # As an enqueue writes it: the admin's key search looks the key up by this hash.
+    defaults.setdefault("key_hash", window_hash(defaults["task_name"], key))
     return JobFactory(**defaults)
 
 
@@ -248,7 +250,9 @@ def test_job_detail_explains_and_links(admin_client):
     assert url("job", "change", dependent.pk) in html
     dependent_html = admin_client.get(url("job", "change", dependent.pk)).content.decode()
     assert url("job", "change", job.pk) in dependent_html  # "depends on" link
-    assert "not debounced" in dependent_html
+    assert "has not run yet (due " in dependent_html  # READY, never started
+    held = f'dependency not yet successful: <a href="{url("job", "change", job.pk)}">#{job.pk}</a>'
+    assert held + " (FAILED)" in dependent_html  # "held back by", linked
     Job.objects.filter(pk=job.pk).update(attempts=4)
     retried_html = admin_client.get(url("job", "change", job.pk)).content.decode()
     assert "a retry: an earlier attempt failed" in retried_html

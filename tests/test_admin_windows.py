@@ -15,15 +15,21 @@ from django.test import Client
 from django.urls import reverse
 
 from django_debounce import windows
-from django_debounce.models import DeadLetter, Job, JobDependency
+from django_debounce.models import DeadLetter, Job, JobDependency, TaskState
 from django_debounce.worker import claim_jobs
-from tests.conftest import T
+from tests.conftest import T, child_env
 from tests.factories import DeadLetterFactory, JobFactory
-from tests.procs import wait_for
+from tests.procs import processes, wait_for
 from tests.test_admin import messages_of, staff
+from tests.testapp import tasks_admin_holds
+from tests.testapp.models import CallLog
 from tests.testapp.tasks_admin import refresh
+from tests.testapp.tasks_common import record
+
+LEASE = dt.timedelta(minutes=5)
 
 LIST = reverse("admin:django_debounce_openwindow_changelist")
+JOBS = reverse("admin:django_debounce_job_changelist")
 
 
 def action(client: Client, name: str, *ids: int, changelist: str = LIST) -> Any:
@@ -107,6 +113,11 @@ def test_window_actions_refuse_what_is_not_an_open_window(clock):
         result = act([claimed.pk, finished.pk, window.pk, 10**9])
         assert result.done == [window.pk]
         assert result.refused == sorted([claimed.pk, finished.pk, 10**9])
+        assert (result.running, result.finished, result.missing) == (
+            [claimed.pk],
+            {finished.pk: "SUCCESSFUL"},
+            [10**9],
+        )
     claimed.refresh_from_db()
     assert claimed.status == Job.Status.RUNNING and claimed.run_at == T + dt.timedelta(seconds=10)
 
@@ -150,8 +161,7 @@ def test_admin_actions_refuse_a_job_claimed_meanwhile(admin_client, clock):
     for name in ("run_now", "cancel"):
         response = action(admin_client, name, job.pk)
         assert messages_of(response) == [
-            f"1 job refused: it is no longer an open window (a worker claimed it meanwhile, "
-            f"or it finished): #{job.pk}."
+            f"1 job refused: a worker claimed it meanwhile (it is running): #{job.pk}."
         ]
     job.refresh_from_db()
     assert (job.status, job.run_at) == (Job.Status.RUNNING, T + dt.timedelta(seconds=10))
@@ -179,19 +189,124 @@ def test_window_actions_need_change_job_permission(client, django_user_model):
 
 
 @pytest.mark.django_db
-def test_job_changelist_offers_the_window_actions_too(admin_client):
+def test_job_changelist_acts_on_every_ready_job(admin_client):
+    """On Jobs, Run now / Cancel act on any unclaimed READY job, window or not."""
     job = refresh.delay(1)
     plain = JobFactory()
-    response = action(
-        admin_client,
-        "cancel",
-        job.pk,
-        plain.pk,
-        changelist=reverse("admin:django_debounce_job_changelist"),
-    )
-    assert messages_of(response)[0] == "1 open window cancelled."
+    response = action(admin_client, "cancel", job.pk, plain.pk, changelist=JOBS)
+    assert messages_of(response) == ["2 jobs cancelled."]
     plain.refresh_from_db()
-    assert plain.status == Job.Status.READY
+    assert plain.status == Job.Status.CANCELLED
+
+
+# -- any READY job, not only open windows ---------------------------------------------------
+
+
+@pytest.fixture
+def holds_tasks():
+    tasks = tasks_admin_holds.register()
+    yield tasks
+    tasks_admin_holds.unregister()
+
+
+def waiting_jobs() -> dict[str, Job]:
+    """READY jobs that are not open windows: an eta job, a retry waiting out its backoff."""
+    return {
+        "eta": JobFactory(run_at=T + dt.timedelta(hours=1)),
+        "retry": JobFactory(
+            attempts=1, run_at=T + dt.timedelta(seconds=30), error="builtins.ValueError: x"
+        ),
+    }
+
+
+@pytest.mark.django_db
+def test_run_now_and_cancel_act_on_ready_jobs_that_are_not_windows(clock):
+    jobs = waiting_jobs()
+    window = refresh.delay(1)
+    ids = [job.pk for job in jobs.values()] + [window.pk]
+    clock(seconds=2)
+    result = windows.run_now(ids)
+    assert result.done == sorted(ids) and result.refused == []
+    for job in [*jobs.values(), window]:
+        job.refresh_from_db()
+        assert job.run_at == T + dt.timedelta(seconds=2)
+    assert window.is_open_window  # decision 54: the window stays open
+    result = windows.cancel(ids)
+    assert result.done == sorted(ids)
+    assert set(Job.objects.values_list("status", flat=True)) == {Job.Status.CANCELLED}
+
+
+@pytest.mark.django_db
+def test_only_open_windows_refuses_a_ready_job_that_is_no_longer_a_window(clock):
+    retry = JobFactory(attempts=1, run_at=T + dt.timedelta(seconds=30))
+    for act in (windows.run_now, windows.cancel):
+        result = act([retry.pk], only_open_windows=True)
+        assert (result.done, result.refused, result.not_window) == ([], [retry.pk], [retry.pk])
+    retry.refresh_from_db()
+    assert (retry.status, retry.run_at) == (Job.Status.READY, T + dt.timedelta(seconds=30))
+
+
+@pytest.mark.django_db
+def test_jobs_page_run_now_says_flow_control_still_applies(admin_client, clock, holds_tasks):
+    TaskState.objects.create(
+        task_name="holds.guarded", breaker_state="open", failures=2, opened_at=T
+    )
+    held = JobFactory(task_name="holds.guarded", run_at=T + dt.timedelta(minutes=5))
+    eta = JobFactory(run_at=T + dt.timedelta(hours=1))
+    clock(seconds=10)
+    response = action(admin_client, "run_now", held.pk, eta.pk, changelist=JOBS)
+    assert messages_of(response) == [
+        "2 jobs made due now.",
+        "Run now does not bypass flow control: task holds.guarded has a circuit breaker, "
+        "applied when a worker claims it; right now its circuit breaker is open until "
+        f"2026-03-01 12:01:00. Waiting there: #{held.pk}.",
+    ]
+    assert {job.pk for job in claim_jobs(worker_id="w", limit=5, lease=LEASE)} == {eta.pk}
+    held.refresh_from_db()
+    assert (held.status, held.run_at) == (Job.Status.READY, T + dt.timedelta(seconds=10))
+
+
+@pytest.mark.django_db
+def test_jobs_page_refusals_say_which_claimed_and_which_finished(admin_client, clock):
+    claimed = JobFactory()
+    done = JobFactory(status=Job.Status.SUCCESSFUL)
+    shed = JobFactory(status=Job.Status.SHED)
+    ready = JobFactory(run_at=T + dt.timedelta(minutes=1))
+    page = admin_client.get(JOBS)
+    assert f'value="{claimed.pk}"'.encode() in page.content
+    claim_jobs(worker_id="w", limit=1, lease=LEASE)  # claims the only due job
+    ids = (claimed.pk, done.pk, shed.pk, ready.pk)
+    response = action(admin_client, "cancel", *ids, changelist=JOBS)
+    assert messages_of(response) == [
+        "1 job cancelled.",
+        f"1 job refused: a worker claimed it meanwhile (it is running): #{claimed.pk}.",
+        f"2 jobs refused: they already finished: #{done.pk} (successful), #{shed.pk} (shed).",
+    ]
+    claimed.refresh_from_db()
+    assert claimed.status == Job.Status.RUNNING
+
+
+@pytest.mark.django_db
+def test_open_windows_page_refuses_a_job_now_waiting_for_a_retry(admin_client):
+    retry = JobFactory(attempts=1)  # was a window, claimed, failed: READY for its retry
+    response = action(admin_client, "cancel", retry.pk)
+    assert messages_of(response) == [
+        "1 job refused: it is no longer an open window (a worker claimed it meanwhile and it "
+        f"now waits for a retry; act on it from the Jobs page): #{retry.pk}."
+    ]
+    retry.refresh_from_db()
+    assert retry.status == Job.Status.READY
+
+
+@pytest.mark.django_db
+def test_jobs_page_actions_need_change_job_permission(client, django_user_model):
+    job = JobFactory(run_at=T + dt.timedelta(hours=1))
+    client.force_login(staff(django_user_model, "view_job"))
+    assert b'value="cancel"' not in client.get(JOBS).content
+    action(client, "cancel", job.pk, changelist=JOBS)  # forged
+    action(client, "run_now", job.pk, changelist=JOBS)
+    job.refresh_from_db()
+    assert (job.status, job.run_at) == (Job.Status.READY, T + dt.timedelta(hours=1))
 
 
 # -- races on PostgreSQL ----------------------------------------------------------------------
@@ -291,3 +406,42 @@ def test_two_admins_retrying_at_once_retry_once(django_user_model):
     assert Job.objects.count() == jobs_before + 1
     letter.refresh_from_db()
     assert letter.retry_job_id is not None
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_cancel_racing_a_worker_cancels_or_refuses_never_both(tmp_path):
+    """Cancel on plain READY jobs while a real worker process claims them (newest first
+    against the worker's oldest first, so they meet): each job is either cancelled and never
+    runs, or refused because it was claimed, and then it ran. Never both, never neither."""
+    jobs = [record.delay(n) for n in range(120)]
+    ids = [job.pk for job in jobs]
+    by_arg = {n: job.pk for n, job in enumerate(jobs)}
+    cancelled: set[int] = set()
+    refused: set[int] = set()
+    with processes(tmp_path, child_env()) as procs:
+        procs.worker("--concurrency", "2", "--poll-interval", "0.02")
+        wait_for(
+            lambda: CallLog.objects.filter(task="tests.record").exists(),
+            timeout=60,
+            what=f"the worker's first run\n{procs.tails()}",
+        )
+        for end in range(len(ids), 0, -4):
+            result = windows.cancel(ids[max(0, end - 4) : end])
+            cancelled.update(result.done)
+            refused.update(result.refused)
+        wait_for(
+            lambda: (
+                not Job.objects.filter(status__in=[Job.Status.READY, Job.Status.RUNNING]).exists()
+            ),
+            timeout=120,
+            what=f"every job to finish or be cancelled\n{procs.tails()}",
+        )
+    ran = [by_arg[log.payload["args"][0]] for log in CallLog.objects.filter(task="tests.record")]
+    assert len(ran) == len(set(ran))  # nothing ran twice
+    assert cancelled | refused == set(ids) and not cancelled & refused
+    assert not cancelled & set(ran)  # a cancelled job never ran
+    assert refused == set(ran)  # a refused job had been claimed, and it ran
+    statuses = dict(Job.objects.values_list("pk", "status"))
+    assert {statuses[pk] for pk in cancelled} <= {Job.Status.CANCELLED}
+    assert {statuses[pk] for pk in refused} == {Job.Status.SUCCESSFUL}

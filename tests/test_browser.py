@@ -7,7 +7,7 @@ skip, or fail under ``DEBOUNCE_REQUIRE_SERVICES=1``.
 
 The pages are served by pytest-django's ``live_server`` (a thread of this process
 on its own database connection, so the tests use the transactional database and
-see what the server committed). Screenshots of the three pages go to
+see what the server committed). Screenshots of the pages go to
 ``.artifacts/screenshots/``; with ``DEBOUNCE_DOCS_SCREENSHOTS=1`` to ``docs/img/``
 (how the pictures in ``docs/howto/operators.md`` are refreshed).
 """
@@ -282,3 +282,46 @@ def test_retry_a_dead_letter_through_the_action_and_filter_by_kind(page):
     page.locator("#changelist-filter").get_by_role("link", name="shed (rate limit)").click()
     shot(page, "admin-dead-letters-shed.png")
     assert DeadLetter.objects.filter(retried_at__isnull=False).count() == 1
+
+
+def test_held_back_job_and_flow_control_state(page):
+    """A READY job held back by an open circuit breaker: its page says so and until when;
+    the Task states page shows the breaker, the token level now and running vs cap."""
+    from django_debounce.models import TaskState
+    from tests.testapp import tasks_admin_holds
+
+    tasks_admin_holds.register()
+    try:
+        now = timezone.now()
+        TaskState.objects.create(
+            task_name="holds.guarded",
+            breaker_state=TaskState.BreakerState.OPEN,
+            failures=2,
+            opened_at=now - dt.timedelta(seconds=20),
+        )
+        TaskState.objects.create(
+            task_name="holds.rated", tokens=0.4, tokens_at=now - dt.timedelta(seconds=3)
+        )
+        TaskState.objects.create(task_name="holds.capped")
+        for _ in range(2):
+            JobFactory(
+                task_name="holds.capped",
+                status=Job.Status.RUNNING,
+                started_at=now,
+                lease_expires_at=now + dt.timedelta(minutes=5),
+            )
+        job = JobFactory(task_name="holds.guarded", args=["invoice-7"], created_at=now)
+        page.goto(f"/admin/django_debounce/job/{job.pk}/change/")
+        expect(page.locator(".field-held_back_by")).to_contain_text("circuit breaker open until")
+        expect(page.locator(".field-why_it_ran")).to_contain_text("has not run yet (due ")
+        shot(page, "admin-job-held-back.png")
+
+        page.goto("/admin/django_debounce/taskstate/")
+        expect(page.locator("#result_list tbody tr")).to_have_count(3)
+        rated = page.locator("#result_list tbody tr", has_text="holds.rated")
+        expect(rated.locator("td.field-tokens_now")).to_contain_text("/ 2 (2/m) · next token ~")
+        capped = page.locator("#result_list tbody tr", has_text="holds.capped")
+        expect(capped.locator("td.field-running_vs_cap")).to_have_text("2 / 2")
+        shot(page, "admin-task-states.png")
+    finally:
+        tasks_admin_holds.unregister()
