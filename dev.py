@@ -7,6 +7,7 @@
     python3 dev.py test --db postgres -m "not slow"
     python3 dev.py test --python python3.12 --django "Django>=6.1,<6.2"
     python3 dev.py lint                 # ruff, ruff format --check, mypy, makemigrations --check
+    python3 dev.py bench claim -- --jobs 5000   # a benchmark of bench/ (PostgreSQL; bench/README.md)
 
 Each command makes a virtual environment if it is missing (``.venv``; with
 ``--python``/``--django`` one per pair, e.g. ``.venv-py3.12-dj6.1``), upgrades
@@ -39,7 +40,7 @@ STAMP = ".dev-py-stamp.json"
 BIN = "Scripts" if os.name == "nt" else "bin"
 
 #: Dependency groups (pyproject.toml [dependency-groups]) each command needs.
-GROUPS = {"demo": ["demo"], "test": ["test"], "lint": ["lint"]}
+GROUPS = {"demo": ["demo"], "test": ["test"], "lint": ["lint"], "bench": ["test"]}
 
 
 def say(message: str) -> None:
@@ -241,7 +242,20 @@ def cmd_lint(opts: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"demo": cmd_demo, "test": cmd_test, "lint": cmd_lint}
+def cmd_bench(opts: argparse.Namespace, extra: list[str]) -> int:
+    """Run ``bench/NAME.py`` (``python3 dev.py bench NAME -- --rows 1000``); see bench/README.md."""
+    names = sorted(
+        path.stem
+        for path in (ROOT / "bench").glob("*.py")
+        if path.stem not in {"common", "settings", "urls"}
+    )
+    if not extra or extra[0] not in names:
+        sys.exit(f"dev.py bench needs a benchmark name: {', '.join(names)}")
+    python = str(ensure_venv(opts, GROUPS["bench"]))
+    return run([python, f"bench/{extra[0]}.py", *extra[1:]], check=False)
+
+
+COMMANDS = {"demo": cmd_demo, "test": cmd_test, "lint": cmd_lint, "bench": cmd_bench}
 
 
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:

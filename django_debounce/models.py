@@ -131,6 +131,11 @@ class Job(models.Model):
             models.Index(fields=["status", "lease_expires_at"], name="debounce_job_status_lease"),
             # Non-overlap per key (§4.5): other jobs of the same key in flight or due earlier.
             models.Index(fields=["key_hash", "status"], name="debounce_job_key_status"),
+            # The admin's queue and task filters (issue #4): WHERE queue=… / task_name=…
+            # ORDER BY id DESC LIMIT 50 reads only the matching rows, newest first; the
+            # admin's exact task-name search uses the task index too.
+            models.Index(fields=["queue", "-id"], name="debounce_job_queue"),
+            models.Index(fields=["task_name", "-id"], name="debounce_job_task"),
         ]
 
     def __str__(self) -> str:
@@ -264,7 +269,11 @@ class DeadLetter(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        indexes = [models.Index(fields=["created_at"], name="debounce_dl_created_at")]
+        indexes = [
+            models.Index(fields=["created_at"], name="debounce_dl_created_at"),
+            # The admin's task filter and exact task-name search, newest first (issue #4).
+            models.Index(fields=["task_name", "-created_at"], name="debounce_dl_task"),
+        ]
         permissions = [("retry_deadletter", "Can retry dead letters")]
 
     def __str__(self) -> str:
