@@ -298,6 +298,12 @@ def plan_call(
             if not isinstance(eta, datetime) or timezone.is_naive(eta):
                 raise ConfigurationError(f"{where}: eta={eta!r} must be an aware datetime.")
             run_at = eta
+        if expires_at is not None and expires_at <= run_at:
+            raise ConfigurationError(
+                f"{where}: expires ({expires_at.isoformat()}) is not after the time the job is "
+                f"due ({run_at.isoformat()}), so it would expire before any worker could start "
+                "it; give a later expires or an earlier eta/countdown."
+            )
 
     # Keys are resolved before the payload is encoded (§3).
     signature = task.signature if task is not None else None

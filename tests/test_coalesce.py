@@ -238,9 +238,9 @@ def test_after_failed_for_good_a_new_job_is_created(clock, burst):
 
 
 def test_after_expiry_a_new_job_is_created(clock, burst):
-    first = expiring.apply_async(("r",), countdown=60)
+    first = expiring.apply_async(("r",), countdown=10)  # due at T+10 s, expires at T+30 s
     assert expiring.delay("r").pk == first.pk
-    clock(seconds=61)
+    clock(seconds=31)
     burst()  # claimed after its expiry: EXPIRED, never runs
     assert fresh(first).status == Job.Status.EXPIRED
     assert RUNS == []

@@ -14,6 +14,7 @@ import datetime as dt
 
 import pytest
 
+from django_debounce.exceptions import ConfigurationError
 from django_debounce.models import DeadLetter, Job
 from tests.conftest import T
 from tests.testapp.models import CallLog
@@ -71,13 +72,30 @@ def test_merge_path_after_expiry_opens_a_new_window(clock):
 
 
 def test_coalescing_key_of_an_expired_job_creates_a_new_job(clock):
-    first = charge.apply_async(args=("c",), countdown="1h", expires="30m")
+    first = charge.apply_async(args=("c",), countdown="10m", expires="30m")
     clock(minutes=10)
-    same = charge.apply_async(args=("c",), countdown="1h", expires="30m")
+    same = charge.apply_async(args=("c",), countdown="10m", expires="30m")
     assert (same.pk, same.outcome) == (first.pk, "coalesced")
     clock(minutes=30)
-    fresh = charge.apply_async(args=("c",), countdown="1h", expires="30m")
+    fresh = charge.apply_async(args=("c",), countdown="10m", expires="30m")
     assert fresh.outcome == "created" and fresh.pk != first.pk
     first.refresh_from_db()
     assert first.status == Status.EXPIRED
     assert Job.objects.filter(status=Status.READY).count() == 1
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"expires": T - dt.timedelta(seconds=1)},
+        {"expires": T},
+        {"countdown": "10m", "expires": "5m"},
+        {"countdown": "10m", "expires": "10m"},
+        {"eta": T + dt.timedelta(hours=1), "expires": T + dt.timedelta(minutes=30)},
+    ],
+    ids=["past", "now", "before-countdown", "at-countdown", "before-eta"],
+)
+def test_an_expiry_no_worker_could_meet_is_refused(clock, options):
+    with pytest.raises(ConfigurationError, match="would expire before any worker could start it"):
+        step.apply_async(args=("x",), **options)
+    assert Job.objects.count() == 0
