@@ -178,15 +178,15 @@ def auto_retry(
     result = retry_dead_letters(
         older_than=config.min_age, max_depth=config.max_retries, using=using, progress=progress
     )
-    if result.retried or result.failed:
-        logger.info(
-            "dead-letter sweep: retried %d, failed %d, skipped %d already retried, "
-            "%d reserved, %d at max_retries",
-            result.retried,
-            result.failed,
-            result.already_retried,
-            result.reserved,
-            result.exhausted,
-            extra={"action": "sweep"},
-        )
+    # One line per sweep (at most once per ``every``), so an operator can see it ran.
+    logger.info(
+        "dead-letter sweep: retried %d, failed %d, skipped %d already retried, "
+        "%d reserved, %d at max_retries",
+        result.retried,
+        result.failed,
+        result.already_retried,
+        result.reserved,
+        result.exhausted,
+        extra={"action": "sweep"},
+    )
     return result

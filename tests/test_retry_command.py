@@ -113,3 +113,15 @@ def test_a_failing_retry_is_reported(clock):
         finally:
             assert out.getvalue().startswith("retried 1, skipped 0 (already retried)")
             assert out.getvalue().strip().endswith("failed 1")
+
+
+def test_an_unregistered_task_name_is_warned_about(letters):
+    err = StringIO()
+    out = StringIO()
+    call_command("retry_dead_letters", "--task", "gone.task", stdout=out, stderr=err)
+    assert "no task named 'gone.task' is registered in this process" in err.getvalue()
+    # Still filtered by that name: its only entry is an unknown_task: one, skipped.
+    assert out.getvalue().startswith("retried 0, skipped 0 (already retried), skipped 1 (reserved")
+    err = StringIO()
+    call_command("retry_dead_letters", "--task", "dep.step", "--dry-run", stdout=out, stderr=err)
+    assert err.getvalue() == ""

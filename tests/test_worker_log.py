@@ -30,3 +30,12 @@ def test_outcomes_are_logged(clock, burst, caplog):
         f"job {doomed.pk} (wrk.value_error) failed for good; dead letter {letter.pk}: "
         f"{letter.reason}" in messages
     )
+
+
+def test_every_sweep_leaves_a_line_even_when_it_retried_nothing(burst, caplog, settings):
+    settings.DEBOUNCE_DEAD_LETTER_AUTO_RETRY = {"every": "10m", "min_age": "10m", "max_retries": 3}
+    caplog.set_level(logging.INFO, logger="django_debounce")
+    burst()
+    assert any(
+        r.getMessage().startswith("dead-letter sweep: retried 0, failed 0") for r in caplog.records
+    ), [r.getMessage() for r in caplog.records]

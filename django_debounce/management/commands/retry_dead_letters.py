@@ -8,6 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from django_debounce import registry
 from django_debounce.durations import parse_duration
 from django_debounce.exceptions import ConfigurationError
 from django_debounce.sweep import retry_dead_letters
@@ -87,6 +88,13 @@ class Command(BaseCommand):
         tasks = options["tasks"]
         if isinstance(tasks, str):  # call_command("retry_dead_letters", tasks="a.b")
             tasks = [tasks]
+        for name in tasks or ():
+            if registry.lookup(name) is None:
+                self.stderr.write(
+                    f"warning: no task named {name!r} is registered in this process; "
+                    "matching dead letters by that name anyway (check the spelling: the full "
+                    "registered name, e.g. 'app.tasks.sync')."
+                )
         dry_run = bool(options["dry_run"])
         result = retry_dead_letters(
             tasks=tasks,
