@@ -106,10 +106,31 @@ class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return ids
 
 
+class CallDisplayAdmin(ReadOnlyAdmin):
+    """Read-only displays of a stored call, shared by jobs and dead letters.
+
+    Both models carry ``args``, ``kwargs``, ``metadata`` and ``traceback``.
+    """
+
+    @admin.display(description=_("arguments"))
+    def arguments(self, row: Job | DeadLetter) -> SafeString:
+        return pretty_json({"args": row.args, "kwargs": row.kwargs})
+
+    @admin.display(description=_("metadata"))
+    def metadata_pretty(self, row: Job | DeadLetter) -> SafeString:
+        return pretty_json(row.metadata)
+
+    @admin.display(description=_("traceback"))
+    def traceback_pre(self, row: Job | DeadLetter) -> SafeString | str:
+        if not row.traceback:
+            return "—"
+        return format_html('<pre class="debounce-pre">{}</pre>', row.traceback)
+
+
 # -- jobs and open windows -----------------------------------------------------------
 
 
-class WindowActionsAdmin(ReadOnlyAdmin):
+class WindowActionsAdmin(CallDisplayAdmin):
     """The "Run now" and "Cancel" actions, guarded by ``django_debounce.change_job``.
 
     They act on READY jobs (:mod:`.windows`); with :attr:`only_open_windows`
@@ -414,23 +435,9 @@ class JobAdmin(WindowActionsAdmin):
             time_text(job.max_run_at),
         )
 
-    @admin.display(description=_("arguments"))
-    def arguments(self, job: Job) -> SafeString:
-        return pretty_json({"args": job.args, "kwargs": job.kwargs})
-
-    @admin.display(description=_("metadata"))
-    def metadata_pretty(self, job: Job) -> SafeString:
-        return pretty_json(job.metadata)
-
     @admin.display(description=_("result"))
     def result_pretty(self, job: Job) -> SafeString:
         return pretty_json(job.result)
-
-    @admin.display(description=_("traceback"))
-    def traceback_pre(self, job: Job) -> SafeString | str:
-        if not job.traceback:
-            return "—"
-        return format_html('<pre class="debounce-pre">{}</pre>', job.traceback)
 
     @admin.display(description=_("dead letters"))
     def dead_letter_links(self, job: Job) -> SafeString | str:
@@ -570,7 +577,7 @@ class OpenWindowAdmin(JobAdmin):
 
 
 @admin.register(DeadLetter)
-class DeadLetterAdmin(ReadOnlyAdmin):
+class DeadLetterAdmin(CallDisplayAdmin):
     """Dead letters, newest first, with shed entries told apart and a guarded Retry (§8)."""
 
     list_display = [
@@ -646,20 +653,6 @@ class DeadLetterAdmin(ReadOnlyAdmin):
     @admin.display(description=_("retry job"))
     def retry_job_link(self, letter: DeadLetter) -> SafeString | str:
         return job_link(letter.retry_job_id)
-
-    @admin.display(description=_("arguments"))
-    def arguments(self, letter: DeadLetter) -> SafeString:
-        return pretty_json({"args": letter.args, "kwargs": letter.kwargs})
-
-    @admin.display(description=_("metadata"))
-    def metadata_pretty(self, letter: DeadLetter) -> SafeString:
-        return pretty_json(letter.metadata)
-
-    @admin.display(description=_("traceback"))
-    def traceback_pre(self, letter: DeadLetter) -> SafeString | str:
-        if not letter.traceback:
-            return "—"
-        return format_html('<pre class="debounce-pre">{}</pre>', letter.traceback)
 
     @admin.action(description=_("Retry selected dead letters"), permissions=["retry"])
     def retry_selected(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:

@@ -11,18 +11,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django_debounce import registry
 from django_debounce.durations import parse_duration
 from django_debounce.exceptions import ConfigurationError
+from django_debounce.management.arguments import non_negative_int
 from django_debounce.sweep import retry_dead_letters
-
-
-def non_negative_int(value: str) -> int:
-    """Parse an integer >= 0."""
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
-    if number < 0:
-        raise argparse.ArgumentTypeError(f"{value!r} must be at least 0")
-    return number
 
 
 class Command(BaseCommand):

@@ -9,30 +9,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from django_debounce.exceptions import ConfigurationError
+from django_debounce.management.arguments import positive_float, positive_int
 from django_debounce.tasks import check_queue
 from django_debounce.worker import Worker
-
-
-def positive_int(value: str) -> int:
-    """Parse an integer >= 1."""
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{value!r} must be at least 1")
-    return number
-
-
-def positive_float(value: str) -> float:
-    """Parse a number of seconds > 0."""
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
-    if not number > 0:
-        raise argparse.ArgumentTypeError(f"{value!r} must be greater than 0")
-    return number
 
 
 def _log_to_console(verbosity: int) -> None:

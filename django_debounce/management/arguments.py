@@ -1,0 +1,40 @@
+"""Argument types shared by the package's management commands.
+
+Each parses one command-line string and raises ``argparse.ArgumentTypeError``
+with a message naming the value, which ``BaseCommand`` reports as a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _integer(value: str, minimum: int) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
+    if number < minimum:
+        raise argparse.ArgumentTypeError(f"{value!r} must be at least {minimum}")
+    return number
+
+
+def positive_int(value: str) -> int:
+    """Parse an integer >= 1 (e.g. ``--concurrency``)."""
+    return _integer(value, 1)
+
+
+def non_negative_int(value: str) -> int:
+    """Parse an integer >= 0 (e.g. ``--limit``)."""
+    return _integer(value, 0)
+
+
+def positive_float(value: str) -> float:
+    """Parse a number of seconds > 0 (e.g. ``--poll-interval``)."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+    if not number > 0:
+        raise argparse.ArgumentTypeError(f"{value!r} must be greater than 0")
+    return number
