@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import connections
 from django.db.models import Field
 
+from . import compiled
 from .models import Job
 
 if TYPE_CHECKING:
@@ -126,7 +127,9 @@ def slide_or_insert(plan: Plan, now: datetime, using: str) -> Job | None:
         "created_at": now,
     }
     sql, names = _sql(connection.vendor, plan.replace_payload)
-    params = [_field(name).get_db_prep_save(values[name], connection) for name in names]
+    params = [
+        field.get_db_prep_save(values[name], connection) for name, field in _param_fields(names)
+    ]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
@@ -137,15 +140,13 @@ def slide_or_insert(plan: Plan, now: datetime, using: str) -> Job | None:
     return job
 
 
+@cache
+def _param_fields(names: tuple[str, ...]) -> tuple[tuple[str, Field[Any, Any]], ...]:
+    """Return ``(attname, field)`` of the statement's parameters (looked up once, not per call)."""
+    return tuple((name, _field(name)) for name in names)
+
+
 def _from_row(using: str, fields: list[Field[Any, Any]], row: Any) -> Job:
-    connection = connections[using]
-    table = Job._meta.db_table
-    converted = []
-    for field, value in zip(fields, row, strict=True):
-        col = field.get_col(table)
-        for converter in connection.ops.get_db_converters(col) + field.get_db_converters(
-            connection
-        ):
-            value = converter(value, col, connection)
-        converted.append(value)
-    return Job.from_db(using, [f.attname for f in fields], converted)
+    """Return the job of a ``RETURNING`` row of every concrete field, converted as the ORM does."""
+    assert len(fields) == len(compiled.JOB_ATTNAMES)
+    return compiled.job_from_row(row, using)

@@ -27,8 +27,10 @@ import threading
 import time
 import traceback as traceback_module
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cache
 from types import FrameType
 from typing import Any
 
@@ -46,7 +48,7 @@ from django.db import (
 from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
-from . import admission, codec, registry
+from . import admission, codec, compiled, registry
 from .codel import apply_codel
 from .conf import settings
 from .context import JobContext
@@ -171,7 +173,7 @@ def claim_jobs(
     if limit <= 0:
         return []
     features = connections[using].features
-    if peek and not claimable_jobs(timezone.now(), queues).using(using).exists():
+    if peek and not _anything_claimable(timezone.now(), queues, using):
         # Nothing due: answer without a locking transaction (on SQLite an IMMEDIATE
         # transaction takes the database's write lock and would stall producers).
         return []
@@ -180,17 +182,22 @@ def claim_jobs(
     while True:
         with transaction.atomic(using=using):
             now = timezone.now()
-            qs = claimable_jobs(now, queues).using(using)
-            if busy:
-                qs = qs.exclude(queue__in=sorted(busy))
-            if features.has_select_for_update_skip_locked:
-                qs = qs.select_for_update(skip_locked=True)
-            elif features.has_select_for_update:
-                qs = qs.select_for_update()
+            shape = _ClaimShape(
+                queues=tuple(queues or ()),
+                busy=tuple(sorted(busy)),
+                lock=(
+                    "skip_locked"
+                    if features.has_select_for_update_skip_locked
+                    else "for_update"
+                    if features.has_select_for_update
+                    else ""
+                ),
+            )
             if gates:
+                qs = shape.queryset(now, using)
                 jobs = _take_admitted(qs, gates, limit=limit, now=now, using=using)
             else:
-                jobs = _take_due(qs, limit=limit, now=now, using=using)
+                jobs = _take_due(shape, limit=limit, now=now, using=using)
             # CoDel (§6): shed what each queue's control law drops (no query unless a candidate's
             # queue has CoDel). If it shed every candidate, commit that and claim again in a new
             # transaction (each round sheds a job; QueueState locks are taken last, see codel.py).
@@ -207,17 +214,8 @@ def claim_jobs(
                 return []
             ids = [job.pk for job in jobs]
             lease_until = now + lease
-            updated = (
-                Job.objects.using(using)
-                .filter(pk__in=ids, status=Status.READY)
-                .update(
-                    status=Status.RUNNING,
-                    window_key=None,
-                    worker_id=worker_id,
-                    started_at=now,
-                    lease_expires_at=lease_until,
-                    attempts=F("attempts") + 1,
-                )
+            updated = _mark_running(
+                ids, worker_id=worker_id, now=now, lease_until=lease_until, using=using
             )
             if updated != len(jobs):  # a database without row locks let another worker win some
                 mine = set(
@@ -237,10 +235,149 @@ def claim_jobs(
     return jobs
 
 
-def _take_due(qs: Any, *, limit: int, now: datetime, using: str) -> list[Job]:
-    """Return up to ``limit`` due jobs of the locked queryset ``qs``, expiring stale ones."""
+#: The one slot of the claim's SELECT: the claim's clock (compared with ``run_at`` and leases).
+_NOW_SLOT = {"now": Job._meta.get_field("run_at")}
+
+
+@dataclass(frozen=True)
+class _ClaimShape:
+    """What a claim's SQL depends on besides ``now``, the alias and the limit (a cache key)."""
+
+    queues: tuple[str, ...]
+    """Queues served; empty: all."""
+    busy: tuple[str, ...]
+    """CoDel queues left out of this round (sorted)."""
+    lock: str
+    """``"skip_locked"``, ``"for_update"`` or ``""`` (the database has no row locks)."""
+
+    def queryset(self, now: datetime, using: str) -> Any:
+        """Return the claim's locked queryset at ``now`` (:func:`claimable_jobs` and this shape)."""
+        qs = claimable_jobs(now, self.queues).using(using)
+        if self.busy:
+            qs = qs.exclude(queue__in=list(self.busy))
+        if self.lock == "skip_locked":
+            qs = qs.select_for_update(skip_locked=True)
+        elif self.lock == "for_update":
+            qs = qs.select_for_update()
+        return qs
+
+
+@cache
+def _mark_running_slots(count: int) -> dict[str, Any]:
+    field = Job._meta.get_field
+    return {
+        **{f"id{i}": Job._meta.pk for i in range(count)},
+        "worker_id": field("worker_id"),
+        "now": field("started_at"),
+        "lease_until": field("lease_expires_at"),
+    }
+
+
+def _mark_running(
+    ids: list[int], *, worker_id: str, now: datetime, lease_until: datetime, using: str
+) -> int:
+    """Mark the READY jobs ``ids`` RUNNING for ``worker_id``; return how many were.
+
+    One ``UPDATE`` that closes each job's window, sets the lease until
+    ``lease_until`` and counts the attempt, compiled once per number of ids
+    and alias (:mod:`django_debounce.compiled`).
+    """
+    count = len(ids)
+
+    def build(slot: Mapping[str, Any]) -> Any:
+        return compiled.update_query(
+            Job.objects.using(using).filter(
+                pk__in=[slot[f"id{i}"] for i in range(count)], status=Status.READY
+            ),
+            status=Status.RUNNING,
+            window_key=None,
+            worker_id=slot["worker_id"],
+            started_at=slot["now"],
+            lease_expires_at=slot["lease_until"],
+            attempts=F("attempts") + 1,
+        )
+
+    entry = compiled.compiled(("mark_running", count), build, _mark_running_slots(count), using)
+    values: dict[str, Any] = {f"id{i}": pk for i, pk in enumerate(ids)}
+    values.update(worker_id=worker_id, now=now, lease_until=lease_until)
+    return compiled.execute_update(entry, values, using)
+
+
+def _fenced_success(using: str) -> Any:
+    def build(slot: Mapping[str, Any]) -> Any:
+        return compiled.update_query(
+            Job.objects.using(using).filter(
+                pk=slot["pk"],
+                status=Status.RUNNING,
+                worker_id=slot["worker_id"],
+                attempts=slot["attempts"],
+            ),
+            status=Status.SUCCESSFUL,
+            result=slot["result"],
+            finished_at=slot["now"],
+            lease_expires_at=None,
+            unique_lock=None,
+        )
+
+    return build
+
+
+_SUCCESS_SLOTS = {
+    "pk": Job._meta.pk,
+    "worker_id": Job._meta.get_field("worker_id"),
+    "attempts": Job._meta.get_field("attempts"),
+    "result": Job._meta.get_field("result"),
+    "now": Job._meta.get_field("finished_at"),
+}
+
+
+def _record_success(job: Job, *, worker_id: str, result: Any, now: datetime, using: str) -> int:
+    """Record ``job``'s run as SUCCESSFUL with ``result`` (its stored JSON); return 1, or 0 if late.
+
+    Fenced on (id, RUNNING, ``worker_id``, attempts) like every outcome write
+    (§11); the ``UPDATE`` is compiled once per alias (:mod:`django_debounce.compiled`).
+    """
+    entry = compiled.compiled(("record_success",), _fenced_success(using), _SUCCESS_SLOTS, using)
+    values = {
+        "pk": job.pk,
+        "worker_id": worker_id,
+        "attempts": job.attempts,
+        "result": result,
+        "now": now,
+    }
+    return compiled.execute_update(entry, values, using)
+
+
+def _anything_claimable(now: datetime, queues: Sequence[str] | None, using: str) -> bool:
+    """Return True when :func:`claimable_jobs` at ``now`` has a row (no lock taken).
+
+    The ``exists()`` query is compiled once per (queues, alias) and reused
+    (:mod:`django_debounce.compiled`): an idle worker peeks on every poll.
+    """
+    shape = tuple(queues or ())
+    entry = compiled.compiled(
+        ("peek", shape),
+        lambda slot: claimable_jobs(slot["now"], shape).using(using).query.exists(),
+        _NOW_SLOT,
+        using,
+    )
+    return compiled.has_rows(entry, {"now": now}, using)
+
+
+def _take_due(shape: _ClaimShape, *, limit: int, now: datetime, using: str) -> list[Job]:
+    """Return up to ``limit`` due jobs of ``shape``'s claim query, locked, expiring stale ones.
+
+    The query's SQL is compiled once per (shape, limit, alias) and reused with
+    this ``now`` (:mod:`django_debounce.compiled`; docs/decisions.md).
+    """
+    entry = compiled.compiled(
+        ("claim", shape, limit),
+        lambda slot: shape.queryset(slot["now"], using)[:limit].query,
+        _NOW_SLOT,
+        using,
+    )
     while True:
-        jobs = list(qs[:limit])
+        jobs = compiled.fetch_jobs(entry, {"now": now}, using)
         if not jobs:
             return []
         expired = [job.pk for job in jobs if job.expires_at is not None and job.expires_at <= now]
@@ -878,12 +1015,8 @@ class Worker:
         updated = self._persist(
             lambda: self._write_outcome(
                 job,
-                lambda: self._fenced(job).update(
-                    status=Status.SUCCESSFUL,
-                    result=stored,
-                    finished_at=now,
-                    lease_expires_at=None,
-                    unique_lock=None,
+                lambda: _record_success(
+                    job, worker_id=self.worker_id, result=stored, now=now, using=self.using
                 ),
                 succeeded=True,
                 now=now,
