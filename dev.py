@@ -40,7 +40,7 @@ STAMP = ".dev-py-stamp.json"
 BIN = "Scripts" if os.name == "nt" else "bin"
 
 #: Dependency groups (pyproject.toml [dependency-groups]) each command needs.
-GROUPS = {"demo": ["demo"], "test": ["test"], "lint": ["lint"], "bench": ["test"]}
+GROUPS = {"demo": ["demo"], "test": ["test"], "lint": ["lint"], "bench": ["test", "bench"]}
 
 
 def say(message: str) -> None:
