@@ -644,6 +644,11 @@ class Worker:
         self._work: queue_module.Queue[Job | None] = queue_module.Queue()
         self._in_flight: dict[int, Job] = {}
         self._lock = threading.Lock()
+        # Inline mode's lease keeper (one thread per run): when the running job's lease is due
+        # for renewal (monotonic seconds; None while no job runs), and whether the run is over.
+        self._keeper = threading.Condition()
+        self._renew_due: float | None = None
+        self._run_over = False
 
     # -- control -----------------------------------------------------------------
     def stop(self) -> None:
@@ -758,35 +763,67 @@ class Worker:
         return jobs
 
     def _run_inline(self) -> None:
-        self._maintain()
-        while not self._stopping.is_set() and self._room() > 0:
-            jobs = self._claim(1)
-            if not jobs:
-                return
-            job = jobs[0]
-            self._claimed_total += 1
-            with self._lock:
-                self._in_flight[job.pk] = job
-            finished = threading.Event()
-            keeper = threading.Thread(target=self._keep_lease_inline, args=(finished,), daemon=True)
-            keeper.start()
-            try:
-                self._process(job)
-            finally:
+        # One lease keeper for the whole run, not a thread per job: starting and joining a
+        # thread per job took about a third of a no-op job's time (bench/peers.py, decision 66).
+        interval = self.lease.total_seconds() / 3
+        with self._keeper:
+            self._renew_due, self._run_over = None, False
+        keeper = threading.Thread(
+            target=self._keep_lease_inline, name="debounce-lease", daemon=True
+        )
+        keeper.start()
+        try:
+            self._maintain()
+            while not self._stopping.is_set() and self._room() > 0:
+                jobs = self._claim(1)
+                if not jobs:
+                    return
+                job = jobs[0]
+                self._claimed_total += 1
                 with self._lock:
-                    self._in_flight.pop(job.pk, None)
-                finished.set()
-                keeper.join()
+                    self._in_flight[job.pk] = job
+                with self._keeper:
+                    self._renew_due = time.monotonic() + interval
+                    self._keeper.notify()
+                try:
+                    self._process(job)
+                finally:
+                    with self._keeper:
+                        self._renew_due = None
+                    with self._lock:
+                        self._in_flight.pop(job.pk, None)
+        finally:
+            with self._keeper:
+                self._run_over = True
+                self._keeper.notify()
+            keeper.join()
 
-    def _keep_lease_inline(self, finished: threading.Event) -> None:
-        """Renew the lease of the job running inline, only if it runs past a third of the lease."""
+    def _keep_lease_inline(self) -> None:
+        """Renew the lease of the job running inline each time it has run a third of the lease.
+
+        A job that finishes within a third of its lease is never renewed (its claim's lease
+        is enough), so a run of short jobs costs no query here.
+        """
         interval = self.lease.total_seconds() / 3
         try:
-            while not finished.wait(timeout=interval):
+            while True:
+                with self._keeper:
+                    while True:
+                        if self._run_over:
+                            return
+                        now = time.monotonic()
+                        due = self._renew_due
+                        if due is not None and now >= due:
+                            break
+                        self._keeper.wait(None if due is None else due - now)
+                    self._renew_due = now + interval
                 try:
-                    self._renew()
+                    self._renew()  # renews whatever is in flight: a job that just ended has left
                 except (DatabaseError, InterfaceError):
                     logger.exception("lease renewal failed", extra={"action": "renew_error"})
+                finally:
+                    # Idle until the next renewal: CONN_MAX_AGE decides whether to keep it.
+                    close_old_connections()
         finally:
             connections.close_all()
 
@@ -800,12 +837,13 @@ class Worker:
         renew_every = self.lease.total_seconds() / 3
         next_renew = time.monotonic() + renew_every
         failures = 0
+        idle = True  # the last poll claimed nothing and no job was running
         try:
             while not self._stopping.is_set():
                 claimed: list[Job] = []
                 room = self._room()
                 try:
-                    close_old_connections()
+                    self._upkeep_loop_connection(idle)
                     self._maintain()
                     if self._in_flight and time.monotonic() >= next_renew:
                         self._renew()
@@ -826,6 +864,7 @@ class Worker:
                     self._wait(delay)
                     continue
                 self._claimed_total += len(claimed)
+                idle = not claimed and not self._in_flight
                 for job in claimed:
                     with self._lock:
                         self._in_flight[job.pk] = job
@@ -838,6 +877,31 @@ class Worker:
                 )
         finally:
             self._drain(threads)
+
+    def _upkeep_loop_connection(self, idle: bool) -> None:
+        """Apply ``CONN_MAX_AGE`` to the loop's connection (decision 66).
+
+        The loop's connection is the worker's own (claims, lease renewal,
+        reclaim, sweep), not a task's: it is kept while jobs run or were just
+        claimed. Only after an idle poll does Django's ``close_old_connections()``
+        run, so with ``CONN_MAX_AGE=0`` a busy worker does not reconnect for every
+        claim and an idle one still reconnects on each poll. A positive
+        ``CONN_MAX_AGE`` is honoured while busy too, by the connection's age
+        alone (no health-check query per claim). A connection broken by a
+        database error is closed where the error is caught.
+        """
+        if idle:
+            close_old_connections()
+            return
+        conn = connections[self.using]
+        if (
+            conn.connection is not None
+            and conn.settings_dict["CONN_MAX_AGE"]  # 0 means: close when idle (above)
+            and conn.close_at is not None
+            and time.monotonic() >= conn.close_at
+            and not conn.in_atomic_block
+        ):
+            conn.close()
 
     def _wait(self, timeout: float) -> None:
         """Sleep up to ``timeout`` seconds, waking early when a job finishes or on stop."""

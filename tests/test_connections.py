@@ -8,7 +8,8 @@ Documented figures asserted here: a worker holds at most ``concurrency + 1``
 connections (one per job thread, plus the loop's own for claims, lease
 renewal and maintenance). Idle after a drain it holds at most 1 (the loop's,
 closed and reopened on every poll) with ``CONN_MAX_AGE=0``, and at most ``concurrency + 1`` with a persistent
-``CONN_MAX_AGE`` (reused, closed once older than the max age).
+``CONN_MAX_AGE`` (reused, closed once older than the max age). Busy, it opens at most one
+connection per job with ``CONN_MAX_AGE=0`` (the loop keeps its own while jobs run).
 """
 
 from __future__ import annotations
@@ -156,3 +157,43 @@ def test_b35_worker_connections_bounded(tmp_path, conn_max_age):
         # Reused, never replaced: the same 9 backends served all 2,000 jobs.
         assert len(sampler.pids) <= concurrency + 1
         assert max(idle) <= concurrency + 1
+
+
+def _sessions_opened() -> int:
+    """PostgreSQL sessions (connections) opened in this database so far, as last flushed.
+
+    A backend flushes its statistics when it exits, so read this after the worker exited.
+    """
+    with connections["default"].cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")  # no cached snapshot
+        cursor.execute("SELECT sessions FROM pg_stat_database WHERE datname = current_database()")
+        return int(cursor.fetchone()[0])
+
+
+@pytest.mark.parametrize("conn_max_age", ["0", "None"])
+def test_busy_worker_keeps_its_loop_connection(tmp_path, conn_max_age):
+    """A threaded burst opens one connection per job at most (decision 66), not one per claim.
+
+    With ``CONN_MAX_AGE=0`` each job's connection (the task's, reused for its outcome)
+    closes after the job, as Django closes a request's; the loop keeps its own for the
+    claims while the worker is busy. Persistent connections serve the whole drain.
+    """
+    concurrency, total = 4, 200
+    for n in range(total):
+        one_query.delay(n)
+    time.sleep(1.1)  # let this test's own backend flush its statistics (at most once a second)
+    before = _sessions_opened()
+    env = child_env(DEBOUNCE_TEST_CONN_MAX_AGE=conn_max_age)
+    with processes(tmp_path, env) as procs:
+        worker = procs.worker("--burst", "--concurrency", str(concurrency))
+        assert worker.wait(120) == 0, worker.tail()
+    opened = _sessions_opened() - before
+    print(f"\n[CONN_MAX_AGE={conn_max_age}] {total} jobs at C={concurrency}: {opened} sessions")
+    assert CallLog.objects.filter(task="rel.one_query").count() == total
+    assert Job.objects.filter(status=Job.Status.SUCCESSFUL).count() == total
+    if conn_max_age == "0":
+        # One per job (its task's query and the outcome write share it), plus the loop's
+        # and start-up's few. Reconnecting the loop for each claim made it ~1.5 per job.
+        assert total <= opened <= total + 3
+    else:
+        assert opened <= concurrency + 3

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from datetime import timedelta
 
@@ -129,6 +130,37 @@ def test_b24_long_task_single_execution(mailoutbox):
     assert CallLog.objects.filter(task="rel.email_report").count() == 1
     assert len(mailoutbox) == 1
     assert mailoutbox[0].body == "report for 24"
+
+
+def test_inline_burst_renews_each_long_job_from_one_keeper_thread():
+    """An inline ``--burst`` (concurrency 1) keeps each running job's lease alive (§7).
+
+    One lease keeper serves the whole run (it used to be a thread per job): it renews the
+    job in flight every third of the lease, from that job's start.
+    """
+    jobs = [work.delay(f"inline-{i}", seconds=1.5) for i in range(2)]
+    w1 = WorkerThread("W1", lease=LEASE, burst=True, concurrency=1).start()
+    samples: dict[int, list] = {job.pk: [] for job in jobs}
+    keepers = set()
+    try:
+        while w1.alive():
+            keepers.update(t for t in threading.enumerate() if t.name == "debounce-lease")
+            for job in Job.objects.filter(pk__in=samples, status=Job.Status.RUNNING):
+                samples[job.pk].append((timezone.now(), job.lease_expires_at))
+            time.sleep(0.1)
+    finally:
+        w1.stop()
+    assert w1.worker.processed == 2
+    assert len(keepers) == 1 and not any(t.is_alive() for t in keepers)
+    for job in jobs:
+        job.refresh_from_db()
+        assert (job.status, job.attempts, job.worker_id) == (Job.Status.SUCCESSFUL, 1, "W1")
+        seen = samples[job.pk]
+        leases = [lease for _, lease in seen]
+        assert len(seen) >= 5  # ~1.5 s of samples every 100 ms (fewer on a loaded machine)
+        assert leases == sorted(leases)
+        assert leases[-1] - (job.started_at + LEASE) >= timedelta(seconds=0.5)  # renewed
+        assert all(lease > sampled_at for sampled_at, lease in seen)  # never lapsed
 
 
 def test_b27_dead_worker_job_recovered_after_lease(tmp_path, monkeypatch):
