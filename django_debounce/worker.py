@@ -62,6 +62,11 @@ from .sweep import auto_retry
 
 logger = logging.getLogger("django_debounce.worker")
 
+#: Seconds a busy worker's loop connection may sit unused before the loop tests it
+#: (``SELECT 1``) instead of trusting it: a fast drain never pays the test, a loop that
+#: waited through long jobs notices a connection a server idle timeout closed.
+LOOP_RECHECK_AFTER = 1.0
+
 Status = Job.Status
 
 
@@ -649,6 +654,7 @@ class Worker:
         self._keeper = threading.Condition()
         self._renew_due: float | None = None
         self._run_over = False
+        self._loop_used_at = 0.0  # monotonic time the threaded loop last used its connection
 
     # -- control -----------------------------------------------------------------
     def stop(self) -> None:
@@ -851,6 +857,7 @@ class Worker:
                     if room and not self._stopping.is_set():
                         claimed = self._claim(room)
                     failures = 0
+                    self._loop_used_at = time.monotonic()
                 except (DatabaseError, InterfaceError) as exc:
                     failures += 1
                     delay = min(30.0, 0.5 * 2 ** min(failures, 6))
@@ -887,13 +894,26 @@ class Worker:
         run, so with ``CONN_MAX_AGE=0`` a busy worker does not reconnect for every
         claim and an idle one still reconnects on each poll. A positive
         ``CONN_MAX_AGE`` is honoured while busy too, by the connection's age
-        alone (no health-check query per claim). A connection broken by a
+        alone (no health-check query per claim), and a connection left unused
+        for ``LOOP_RECHECK_AFTER`` seconds or more (the loop waited through long
+        jobs) is tested with ``is_usable()`` first: a server or proxy idle timeout
+        (``idle_session_timeout``, PgBouncer) may have closed it, and a failed claim
+        would cost a logged error and a back-off. A connection broken by a
         database error is closed where the error is caught.
         """
         if idle:
             close_old_connections()
             return
         conn = connections[self.using]
+        if (
+            conn.connection is not None
+            and not conn.in_atomic_block
+            and time.monotonic() - self._loop_used_at >= LOOP_RECHECK_AFTER
+            and not conn.is_usable()
+        ):
+            # Unused through a long job: a server or proxy idle timeout may have closed it.
+            conn.close()
+            return
         if (
             conn.connection is not None
             and conn.settings_dict["CONN_MAX_AGE"]  # 0 means: close when idle (above)
@@ -928,6 +948,9 @@ class Worker:
                     self._renew()
                 except (DatabaseError, InterfaceError):
                     logger.exception("lease renewal failed during shutdown")
+                    # A broken connection stays broken: close it so the next renewal reconnects
+                    # (otherwise every renewal fails, the lease lapses and the job runs twice).
+                    connections[self.using].close()
                 next_renew = time.monotonic() + self.lease.total_seconds() / 3
         if self._in_flight:
             logger.warning(
