@@ -119,7 +119,13 @@ def compiled(
     full_key = (key, using, connection.vendor)
     entry = _cache.get(full_key)
     if entry is None:
-        entry = _compile(build, slots, using)
+        if connection.get_autocommit():
+            # Django refuses to compile ``select_for_update()`` outside a transaction even
+            # when nothing runs; compiling sends no query, so the block is empty on the wire.
+            with transaction.atomic(using=using):
+                entry = _compile(build, slots, using)
+        else:
+            entry = _compile(build, slots, using)
         if len(_cache) >= MAX_ENTRIES:
             _cache.clear()
         _cache[full_key] = entry

@@ -14,6 +14,12 @@ live lease or is due earlier, so runs of one key never overlap (§4.5). Tasks
 run outside any transaction; the outcome is written with one ``UPDATE``
 fenced on (worker id, attempt), so a worker whose lease lapsed and whose job
 was reclaimed cannot overwrite the newer run (§11).
+
+On PostgreSQL a plain claim (no gated task, no CoDel queue served, not inside
+an atomic block) is the same SELECT and UPDATE as ONE autocommit statement
+(``WITH picked AS (… FOR UPDATE SKIP LOCKED) UPDATE … RETURNING``): one round
+trip instead of four. If a picked job has expired it claims nothing and the
+transactional claim runs, which expires it (decision 67 in docs/decisions.md).
 """
 
 from __future__ import annotations
@@ -172,17 +178,29 @@ def claim_jobs(
     and ``on_excess="drop"`` jobs without a token are shed. With no gated task
     registered the claim runs exactly as without flow control (no extra query).
 
+    On PostgreSQL, with no gated task, no CoDel queue served and no atomic block
+    around the call, the claim is one autocommit statement (:func:`_claim_oneshot`).
+
     Returns the claimed jobs as they are after the claim (RUNNING, attempts
     counted, lease set), in claim order.
     """
     if limit <= 0:
         return []
+    queues = list(queues) if queues is not None else None  # read more than once below
     features = connections[using].features
     if peek and not _anything_claimable(timezone.now(), queues, using):
         # Nothing due: answer without a locking transaction (on SQLite an IMMEDIATE
         # transaction takes the database's write lock and would stall producers).
         return []
     gates = admission.current_gates()  # pure Python; empty: the fast path
+    if not gates and _oneshot_applies(queues, using):
+        claimed = _claim_oneshot(
+            worker_id=worker_id, limit=limit, lease=lease, queues=queues, using=using
+        )
+        if claimed is not None:
+            return claimed
+        # An expired job was among the picked ones: the transaction below expires it (and
+        # cancels its dependents with it) and claims the rest.
     busy: set[str] = set()  # CoDel queues whose state row another claim holds right now
     while True:
         with transaction.atomic(using=using):
@@ -392,6 +410,145 @@ def _take_due(shape: _ClaimShape, *, limit: int, now: datetime, using: str) -> l
         jobs = [job for job in jobs if job.pk not in expired]
         if jobs:
             return jobs
+
+
+def _oneshot_applies(queues: Sequence[str] | None, using: str) -> bool:
+    """Return True when a plain claim on ``using`` may run as one statement (:func:`_claim_oneshot`).
+
+    Only on PostgreSQL with SKIP LOCKED (the statement is written for it; without
+    it the claim keeps its transaction and plain ``FOR UPDATE``), outside any
+    atomic block (the statement commits on its own), and when no served queue has
+    CoDel (every queue when ``queues`` is empty or None): CoDel reads and sheds
+    the candidates before they are marked RUNNING, which needs the transaction.
+    The caller checks that no gated task is registered.
+
+    Raises:
+        ConfigurationError: ``DEBOUNCE_QUEUES`` is invalid.
+    """
+    connection = connections[using]
+    if (
+        connection.vendor != "postgresql"
+        or not connection.features.has_select_for_update_skip_locked
+        or connection.in_atomic_block
+    ):
+        return False
+    codel = settings.codel
+    return not codel or (bool(queues) and not any(queue in codel for queue in queues or ()))
+
+
+#: The one-statement claim's SQL by the SQL of its compiled id query (see :func:`_oneshot_sql`).
+_oneshot_sqls: dict[str, str] = {}
+
+
+def _oneshot_sql(pick_sql: str, quote: Callable[[str], str]) -> str:
+    """Return the one-statement claim around the compiled id query ``pick_sql``.
+
+    ``quote`` quotes a column or table name (``connection.ops.quote_name``). Built
+    once per id query and kept (as many as :data:`compiled.MAX_ENTRIES`).
+
+    ``picked`` locks the claim's rows (``FOR UPDATE SKIP LOCKED``, in claim
+    order, up to the limit); ``stale`` counts the picked rows already past
+    their expiry; ``claimed`` marks the picked rows RUNNING only if none is
+    stale, so the caller can fall back to the transaction that expires them
+    (an expired job never runs, §6). The outer ``LEFT JOIN`` returns one row
+    even when nothing was claimed: ``(stale count, NULL, …)``.
+
+    Parameters, in order: the pick query's own, then ``now`` (expiry), the
+    RUNNING status, worker id, ``now`` (started_at), the lease's end, the READY
+    status.
+    """
+    found = _oneshot_sqls.get(pick_sql)
+    if found is not None:
+        return found
+    meta = Job._meta
+    table = quote(meta.db_table)
+    columns = {field.name: quote(str(field.column)) for field in meta.concrete_fields}
+
+    def column(name: str) -> str:
+        return columns[name]
+
+    returning = ", ".join(f"{table}.{name}" for name in columns.values())
+    found = (
+        f"WITH picked (pk, expires_at) AS ({pick_sql}), "
+        "stale AS (SELECT count(*) AS n FROM picked WHERE picked.expires_at <= %s), "
+        f"claimed AS (UPDATE {table} SET {column('status')} = %s, {column('window_key')} = NULL, "
+        f"{column('worker_id')} = %s, {column('started_at')} = %s, "
+        f"{column('lease_expires_at')} = %s, "
+        f"{column('attempts')} = {table}.{column('attempts')} + 1 "
+        f"FROM picked, stale WHERE {table}.{column('id')} = picked.pk "
+        f"AND stale.n = 0 AND {table}.{column('status')} = %s "
+        f"RETURNING {returning}) "
+        "SELECT stale.n, claimed.* FROM stale LEFT JOIN claimed ON TRUE"
+    )
+    if len(_oneshot_sqls) >= compiled.MAX_ENTRIES:
+        _oneshot_sqls.clear()
+    _oneshot_sqls[pick_sql] = found
+    return found
+
+
+def _claim_oneshot(
+    *,
+    worker_id: str,
+    limit: int,
+    lease: timedelta,
+    queues: Sequence[str] | None,
+    using: str,
+) -> list[Job] | None:
+    """Claim up to ``limit`` due jobs in ONE autocommit statement (PostgreSQL, decision 67).
+
+    The rows are chosen by the compiled claim query (:func:`claimable_jobs`
+    through :class:`_ClaimShape`, ``FOR UPDATE SKIP LOCKED``, its ids and
+    expiries) and marked RUNNING by the same statement, as ``_mark_running``
+    would: one round trip instead of BEGIN, SELECT, UPDATE, COMMIT.
+
+    Args:
+        worker_id: the claiming worker's id.
+        limit: most jobs to claim, >= 1.
+        lease: how long the claim's lease lasts from the claim's ``now``.
+        queues: queues served; empty or None: all.
+        using: database alias (PostgreSQL, autocommit).
+
+    Returns:
+        The claimed jobs as stored after the claim, in claim order (priority
+        descending, then ``run_at``, then id); or None, claiming nothing, when
+        a picked job is past its expiry: the caller's transactional claim must
+        expire it together with cancelling its dependents (§6, §11).
+
+    Raises:
+        DatabaseError: the statement failed (nothing was claimed).
+    """
+    connection = connections[using]
+    shape = _ClaimShape(queues=tuple(queues or ()), busy=(), lock="skip_locked")
+    entry = compiled.compiled(
+        ("claim_oneshot", shape, limit),
+        lambda slot: (
+            shape.queryset(slot["now"], using)[:limit].values_list("pk", "expires_at").query
+        ),
+        _NOW_SLOT,
+        using,
+    )
+    sql = _oneshot_sql(entry.sql, connection.ops.quote_name)
+    now = timezone.now()
+    when = Job._meta.get_field("started_at").get_db_prep_save(now, connection)
+    lease_until = Job._meta.get_field("lease_expires_at").get_db_prep_save(now + lease, connection)
+    params = [
+        *entry.bind(connection, {"now": now}),
+        when,
+        Status.RUNNING.value,
+        worker_id,
+        when,
+        lease_until,
+        Status.READY.value,
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    if rows[0][0]:
+        return None
+    jobs = [compiled.job_from_row(row[1:], using) for row in rows if row[1] is not None]
+    # RETURNING has no order: put them back in claim order.
+    jobs.sort(key=lambda job: (-job.priority, job.run_at, job.pk))
+    return jobs
 
 
 #: Candidate rounds per gated claim that shed nothing (each round leaves out the
