@@ -242,21 +242,9 @@ def enqueue_part(args: argparse.Namespace) -> list[str]:
     from django_debounce.conf import settings as debounce_settings
 
     db = settings.DATABASES["default"]
-    raw = psycopg.connect(
-        host=db["HOST"],
-        port=db["PORT"] or 5432,
-        user=db["USER"],
-        dbname=db["NAME"],
-        autocommit=True,
-    )
-    client = psycopg.connect(
-        host=db["HOST"],
-        port=db["PORT"] or 5432,
-        user=db["USER"],
-        dbname=db["NAME"],
-        autocommit=True,
-        cursor_factory=psycopg.ClientCursor,
-    )
+    dsn = {"host": db["HOST"], "port": db["PORT"] or 5432, "user": db["USER"], "dbname": db["NAME"]}
+    raw = psycopg.connect(**dsn, autocommit=True)
+    client = psycopg.connect(**dsn, autocommit=True, cursor_factory=psycopg.ClientCursor)
     max_retries = debounce_settings.max_retries
     runners: dict[str, Callable[[str, list[int]], int]] = {
         "ours": run_ours,
