@@ -14,7 +14,7 @@ from django.db import connection
 from django_debounce import CircuitBreaker, enqueue, registry, task
 from django_debounce.durations import MAX_DURATION, parse_duration
 from django_debounce.exceptions import ConfigurationError
-from django_debounce.models import Job, TaskState
+from django_debounce.models import DeadLetter, Job, TaskState
 from django_debounce.retry import backoff_delay, backoff_window
 from tests.conftest import T, child_env
 from tests.factories import JobFactory
@@ -421,10 +421,18 @@ def test_a_killed_probe_holds_the_breaker_until_its_lease_lapses_then_a_new_prob
             timeout=60,
             what=f"the next probe\n{procs.tails()}",
         )
+        # The claim that admits the next probe may see the lapsed lease a moment before the
+        # worker's lease reclaim (its own step, once per poll) turns the dead probe FAILED.
+        wait_for(
+            lambda: Job.objects.get(pk=probe.pk).status != Status.RUNNING,
+            timeout=30,
+            what=f"the dead probe's lease to be reclaimed\n{procs.tails()}",
+        )
     started = CallLog.objects.get(job_id=second.pk).started_at
     assert started >= lease_at_kill  # never while the killed probe's lease was live
     probe.refresh_from_db()
     assert probe.status == Status.FAILED  # max_retries=0: a run whose worker died used it up
+    assert DeadLetter.objects.filter(job_id=probe.pk).count() == 1
     state = TaskState.objects.get(task_name="hf.breaker")
     assert (state.breaker_state, state.failures, state.probe_job_id) == ("closed", 0, None)
 
