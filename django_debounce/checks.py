@@ -110,7 +110,8 @@ def check_database_settings() -> list[CheckMessage]:
                             "Deferred transactions take the write lock only at their first write, "
                             "so a web process and a worker racing on one window fail with "
                             "'database is locked' instead of waiting their turn. Add "
-                            'OPTIONS={"transaction_mode": "IMMEDIATE"} (Django 5.1+).'
+                            'OPTIONS={"transaction_mode": "IMMEDIATE", "timeout": 20} (Django '
+                            "5.1+; the timeout is how many seconds a writer waits for the lock)."
                         ),
                         id="django_debounce.W001",
                     )
@@ -140,8 +141,8 @@ def check_use_tz(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
         Error(
             "django_debounce needs USE_TZ = True.",
             hint=(
-                "Deadlines, leases and backoff are compared as aware UTC instants (contract "
-                "§4.7). With USE_TZ = False they are local wall-clock times, and a daylight-"
+                "Deadlines, leases and backoff are compared as aware UTC instants (see 'The "
+                "clock' in the docs' semantics page). With USE_TZ = False they are local wall-clock times, and a daylight-"
                 "saving change moves every lease by an hour, letting two workers run one job."
             ),
             id="django_debounce.E011",

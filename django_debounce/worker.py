@@ -1376,7 +1376,9 @@ class Worker:
     def _bury_unknown(self, job: Job) -> None:
         exc = UnknownTaskError(
             f"no task named {job.task_name!r} is registered in this worker; the worker never "
-            "imports a path taken from the database"
+            "imports a path taken from the database. If the task exists, restart the workers "
+            "so they import it, then run `manage.py retry_dead_letters --reason-prefix "
+            "unknown_task:`"
         )
         logger.error("%s (job %s)", exc, job.pk, extra={"action": "unknown_task", "job_id": job.pk})
         self._persist(

@@ -99,6 +99,8 @@ LOGGING = {
     "handlers": {"null": {"class": "logging.NullHandler"}},
     "loggers": {"django_debounce": {"handlers": ["null"], "level": "INFO", "propagate": True}},
 }
-if os.environ.get("DEBOUNCE_TEST_LOG_STDERR"):  # subprocess workers: log to the captured stderr
+if os.environ.get("DEBOUNCE_TEST_NO_LOGGING"):  # a project that configures no logging at all
+    LOGGING = {"version": 1, "disable_existing_loggers": False}
+elif os.environ.get("DEBOUNCE_TEST_LOG_STDERR"):  # subprocess workers: log to the captured stderr
     LOGGING["handlers"]["stderr"] = {"class": "logging.StreamHandler"}
     LOGGING["loggers"]["django_debounce"]["handlers"] = ["stderr"]

@@ -8,17 +8,19 @@ import sys
 import pytest
 from django.core.management import CommandError, call_command
 
-from django_debounce.models import Job
+from django_debounce.models import DeadLetter, Job
 from tests.conftest import child_env
 from tests.factories import JobFactory
 from tests.testapp.models import CallLog
 
 
-def run_cli(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *argv: str, timeout: float = 60, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """``python -m django run_debounce_worker …`` against this test's database."""
     return subprocess.run(
         [sys.executable, "-m", "django", "run_debounce_worker", *argv],
-        env=child_env(),
+        env=env or child_env(),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -44,6 +46,26 @@ def test_command_line_burst_runs_due_jobs_and_exits_0(clock):
     assert Job.objects.filter(status=Job.Status.SUCCESSFUL).count() == 3
     later.refresh_from_db()
     assert later.status == Job.Status.READY
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("verbosity", ["0", "1"])
+def test_console_log_level_follows_verbosity_and_never_hides_a_failure(verbosity):
+    """With no LOGGING for the package, -v 0 keeps warnings and errors and -v 1 adds INFO."""
+    failing = JobFactory(task_name="wrk.value_error", max_retries=0)
+    JobFactory(task_name="wrk.tag", args=["fine"])
+
+    proc = run_cli("--burst", "-v", verbosity, env=child_env(DEBOUNCE_TEST_NO_LOGGING="1"))
+
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    levels = {line.split()[2] for line in lines if line[:2] == "20" and len(line.split()) > 2}
+    quiet = {"WARNING", "ERROR"}  # the run that raised, and its dead letter
+    expected = {"0": quiet, "1": quiet | {"INFO"}}
+    assert levels == expected[verbosity], proc.stderr
+    letter = DeadLetter.objects.get(job_id=failing.pk)
+    assert any(f"dead letter {letter.pk}: failed" in line for line in lines)
+    assert "ValueError: boom" in proc.stderr
 
 
 @pytest.mark.django_db(transaction=True)

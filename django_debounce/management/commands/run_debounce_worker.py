@@ -18,15 +18,18 @@ def _log_to_console(verbosity: int) -> None:
     """Show the worker's log on stderr when the project has not configured any handler for it.
 
     Django's default logging leaves ``django_debounce`` without a handler, so a
-    worker would print nothing. Verbosity 0 stays silent; 2 or more adds DEBUG.
+    worker would print nothing but Python's bare last-resort lines. Verbosity 1
+    shows INFO, 2 or more adds DEBUG, and 0 keeps warnings and errors only (a
+    failed job or a lost lease is never silent).
     """
     logger = logging.getLogger("django_debounce")
-    if verbosity < 1 or logger.hasHandlers():
+    if logger.hasHandlers():
         return
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG if verbosity >= 2 else logging.INFO)
+    levels = {0: logging.WARNING, 1: logging.INFO}
+    logger.setLevel(levels.get(verbosity, logging.DEBUG))
 
 
 def queue_name(value: str) -> str:
