@@ -502,13 +502,16 @@ def test_inline_run_leaves_no_lease_keeper_behind_however_it_ends():
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_inline_job_longer_than_its_lease_is_never_taken_by_another_worker():
-    """Lease 0.6 s, a job of 2 s runs inline while a threaded worker polls the same queue
-    and reclaims lapsed leases every poll: the job runs once, on the inline worker."""
-    lease = dt.timedelta(seconds=0.6)
+    """Lease 1.5 s, a job of 4 s runs inline while a threaded worker polls the same queue
+    and reclaims lapsed leases every poll: the job runs once, on the inline worker.
+
+    (Renewed every 0.5 s, the lease lapses only if a renewal is 1 s late; with a 0.6 s lease a
+    0.4 s stall of a loaded machine was enough for the rival to take the job.)"""
+    lease = dt.timedelta(seconds=1.5)
     tags = ["long-0"]
-    jobs = [log_run.delay(tag, seconds=2.0).pk for tag in tags]
+    jobs = [log_run.delay(tag, seconds=4.0).pk for tag in tags]
     inline = WorkerThread("inline", lease=lease, burst=True, concurrency=1).start()
-    wait_for(lambda: Job.objects.filter(status=Status.RUNNING).exists(), timeout=10)
+    wait_for(lambda: Job.objects.filter(status=Status.RUNNING).exists(), timeout=30)
     rival = WorkerThread("rival", lease=lease, concurrency=2, poll_interval=0.05).start()
     try:
         inline.thread.join(30)
@@ -529,7 +532,8 @@ def test_inline_job_longer_than_its_lease_is_never_taken_by_another_worker():
 def test_sigterm_during_an_inline_burst_finishes_the_running_job_only(tmp_path):
     """``--burst`` at concurrency 1 (one lease keeper) gets SIGTERM mid-job: the job
     finishes and is recorded, the rest stay READY, the process exits 0."""
-    jobs = [work.delay(f"term-{i}", seconds=1.5).pk for i in range(3)]
+    # 4 s: the SIGTERM must land while job 0 runs, or the burst goes on to job 1.
+    jobs = [work.delay(f"term-{i}", seconds=4.0).pk for i in range(3)]
     with processes(tmp_path, child_env(DEBOUNCE_TEST_LEASE="1s")) as procs:
         proc = procs.worker("--burst", "--concurrency", "1")
         wait_for(
@@ -573,15 +577,19 @@ class _Records:
     [(0, False), (600, True)],
 )
 def test_a_server_idle_timeout_while_busy_costs_no_loop_error(monkeypatch, max_age, health_checks):
-    """PostgreSQL closes sessions idle for 0.4 s; jobs of 1.2 s keep a threaded worker busy.
-    The loop's connection idles through each job: it must be replaced before use, not fail."""
+    """PostgreSQL closes sessions idle for 1.5 s; jobs of 2.5 s keep a threaded worker busy.
+    The loop's connection idles through each job: it must be replaced before use, not fail.
+
+    The timeout is above ``LOOP_RECHECK_AFTER`` (1 s), the idle time from which the loop tests
+    its connection: with 0.4 s, two jobs ending 0.2–0.8 s apart (a loaded machine) left the
+    loop an idle gap the server had closed but the loop did not test, and the test failed."""
     settings_dict = connections["default"].settings_dict
-    options = {**settings_dict.get("OPTIONS", {}), "options": "-c idle_session_timeout=400"}
+    options = {**settings_dict.get("OPTIONS", {}), "options": "-c idle_session_timeout=1500"}
     monkeypatch.setitem(settings_dict, "OPTIONS", options)
     monkeypatch.setitem(settings_dict, "CONN_MAX_AGE", max_age)
     monkeypatch.setitem(settings_dict, "CONN_HEALTH_CHECKS", health_checks)
     connections["default"].close()
-    jobs = [nap.delay(1.2).pk for _ in range(4)]
+    jobs = [nap.delay(2.5).pk for _ in range(4)]
     records = _Records()
     logger = logging.getLogger("django_debounce.worker")
     logger.addFilter(records.handle)
@@ -655,13 +663,17 @@ def test_eight_job_threads_on_a_cache_that_holds_one_entry(monkeypatch):
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_loop_connection_lost_during_the_shutdown_drain_keeps_renewing():
-    """SIGTERM-like stop() with a 3 s job running (lease 1.2 s, grace 6 s), then the loop's
+    """SIGTERM-like stop() with a 5 s job running (lease 3 s, grace 10 s), then the loop's
     backend is terminated: the drain must keep the lease alive, so a rival polling with
-    reclaim never reruns the job."""
-    lease = dt.timedelta(seconds=1.2)
-    job = log_run.delay("drain-0", seconds=3.0)
+    reclaim never reruns the job.
+
+    The drain renews every third of the lease: the renewal after the kill fails and the next
+    one reconnects, about two thirds of a lease after the stop. With a 1.2 s lease that left
+    0.1–0.3 s for the reconnection, too little on a loaded machine; 3 s leaves about 1 s."""
+    lease = dt.timedelta(seconds=3)
+    job = log_run.delay("drain-0", seconds=5.0)
     worker, thread, errors = _run_watched(
-        concurrency=1, poll_interval=0.05, lease=lease, shutdown_grace=dt.timedelta(seconds=6)
+        concurrency=1, poll_interval=0.05, lease=lease, shutdown_grace=dt.timedelta(seconds=10)
     )
     rival = None
     try:

@@ -183,10 +183,14 @@ def test_busy_worker_keeps_its_loop_connection(tmp_path, conn_max_age):
         one_query.delay(n)
     time.sleep(1.1)  # let this test's own backend flush its statistics (at most once a second)
     before = _sessions_opened()
-    env = child_env(DEBOUNCE_TEST_CONN_MAX_AGE=conn_max_age)
+    name = app_name("busy")
+    env = child_env(DEBOUNCE_TEST_CONN_MAX_AGE=conn_max_age, DEBOUNCE_TEST_APP_NAME=name)
     with processes(tmp_path, env) as procs:
         worker = procs.worker("--burst", "--concurrency", str(concurrency))
         assert worker.wait(120) == 0, worker.tail()
+    # A backend flushes its last statistics as it exits, after the worker process is gone;
+    # it leaves pg_stat_activity only after that flush: wait for all of them, then count.
+    wait_for(lambda: not pg_backends(name), timeout=30, what="the worker's backends to exit")
     opened = _sessions_opened() - before
     print(f"\n[CONN_MAX_AGE={conn_max_age}] {total} jobs at C={concurrency}: {opened} sessions")
     assert CallLog.objects.filter(task="rel.one_query").count() == total

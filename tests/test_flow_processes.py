@@ -62,9 +62,16 @@ def most_overlapping(intervals: list[tuple[datetime, datetime]]) -> int:
 
 def test_rate_limit_holds_across_two_worker_processes(tmp_path, flow):
     """100 jobs at "10/s" on 2 processes × 4 threads: ≤ 20 starts in any second, ≥ 9 s in all."""
-    jobs = [flow["flow.rate"].delay(f"r{i:03}", 0.02) for i in range(100)]
     with processes(tmp_path, env()) as procs:
         workers = [procs.worker(*WORKER, name=f"worker-{i}") for i in range(2)]
+        # Both processes up before the jobs exist: a slow start-up of one must not leave
+        # every token to the other (both must take part, below).
+        wait_for(
+            lambda: all("starting" in worker.stderr() for worker in workers),
+            timeout=60,
+            what=f"both workers to start\n{procs.tails()}",
+        )
+        jobs = [flow["flow.rate"].delay(f"r{i:03}", 0.02) for i in range(100)]
         wait_for(
             lambda: CallLog.objects.filter(task="flow.rate").count() == 100,
             timeout=90,
@@ -91,11 +98,12 @@ def test_rate_limit_holds_across_two_worker_processes(tmp_path, flow):
     assert len({log.key for log in logs}) == 100
     assert len({log.pid for log in logs}) == 2  # both processes took part
     assert most_in_one_second(claims) <= 20  # capacity 10 + 10 refilled in one second
-    assert most_in_one_second(starts) <= 20
     # Job.started_at is the claim, where the bucket acts: 10 at once, then 90 at 10/s.
     assert claim_span >= 9.0
-    # The function starts a few milliseconds after its claim, not always the same few.
-    assert span >= 9.0 - 0.1
+    # The function starts after its claim, a few ms later, and on a loaded machine up to a few
+    # hundred ms, not always the same delay: allow 0.5 s of that jitter (5 more tokens' worth).
+    assert most_in_one_second(starts) <= 20 + 5
+    assert span >= 9.0 - 0.5
     assert DeadLetter.objects.count() == 0
 
 
@@ -111,9 +119,15 @@ def test_drop_under_a_burst_sheds_the_excess_across_processes(tmp_path, flow):
         for i in range(2):
             procs.worker(*WORKER, name=f"worker-{i}")
         wait_for(lambda: not pending.exists(), timeout=60, what=f"the burst\n{procs.tails()}")
-        time.sleep(0.5)  # let the signal receivers of the last runs write their rows
-
         executed = list(Job.objects.filter(task_name="flow.rate_drop", status="SUCCESSFUL"))
+        signal_rows = CallLog.objects.filter(task__startswith="signal:")
+        # A run's job_finished receiver writes its row after the outcome write that ended the
+        # wait above: wait for the row of every executed job, not for a fixed time.
+        wait_for(
+            lambda: signal_rows.count() >= len(executed),
+            timeout=30,
+            what=f"the signal rows of the last runs\n{procs.tails()}",
+        )
         shed = list(Job.objects.filter(task_name="flow.rate_drop", status=Job.Status.SHED))
         print(f"\n[drop] executed {len(executed)}, shed {len(shed)}")
         assert len(executed) + len(shed) == 100
@@ -125,9 +139,7 @@ def test_drop_under_a_burst_sheds_the_excess_across_processes(tmp_path, flow):
             assert job.attempts == 0 and job.metadata == {"i": int(job.args[0][1:])}
             assert letters[job.pk].reason == "shed: rate limit 10/s exceeded"
             assert letters[job.pk].metadata["shed"] is True
-        signalled = set(
-            CallLog.objects.filter(task__startswith="signal:").values_list("job_id", flat=True)
-        )
+        signalled = set(signal_rows.values_list("job_id", flat=True))
         assert signalled == {job.pk for job in executed}  # none for a shed job
 
         retried = letters[shed[0].pk].retry()

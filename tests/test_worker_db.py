@@ -32,7 +32,7 @@ M = dt.timedelta(minutes=1)
 LONG_LEASE = dt.timedelta(hours=2)
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 15.0) -> None:
+def wait_for(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
     """Poll ``predicate`` (real time) until it holds; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -194,7 +194,8 @@ def test_b02_burst_does_not_wait_for_a_held_back_job(clock, gate):
         clock(minutes=11)
         began = time.monotonic()
         call_command("run_debounce_worker", burst=True)
-        assert time.monotonic() - began < 5
+        # It returned without waiting for J1 (gated up to 30 s); the slack is for a loaded box.
+        assert time.monotonic() - began < 20
         assert status_of(j2) == Job.Status.READY
         assert status_of(j1) == Job.Status.RUNNING
         assert log_keys("wrk.sync_profile") == ["start:v1"]
