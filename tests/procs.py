@@ -31,16 +31,25 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def wait_for(
-    predicate: Callable[[], Any], *, timeout: float, interval: float = 0.05, what: str = ""
+    predicate: Callable[[], Any],
+    *,
+    timeout: float,
+    interval: float = 0.05,
+    what: str | Callable[[], str] = "",
 ) -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds.
+
+    ``what`` names the awaited condition in the failure; pass a callable (e.g. one that
+    returns the workers' log tails) to have it evaluated at the timeout, not before the wait.
+    """
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+            described = what() if callable(what) else what
+            raise AssertionError(f"timed out after {timeout}s waiting for {described or predicate}")
         time.sleep(interval)
 
 

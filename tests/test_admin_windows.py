@@ -424,7 +424,7 @@ def test_cancel_racing_a_worker_cancels_or_refuses_never_both(tmp_path):
         wait_for(
             lambda: CallLog.objects.filter(task="tests.record").exists(),
             timeout=60,
-            what=f"the worker's first run\n{procs.tails()}",
+            what=lambda: f"the worker's first run\n{procs.tails()}",
         )
         for end in range(len(ids), 0, -4):
             result = windows.cancel(ids[max(0, end - 4) : end])
@@ -435,7 +435,7 @@ def test_cancel_racing_a_worker_cancels_or_refuses_never_both(tmp_path):
                 not Job.objects.filter(status__in=[Job.Status.READY, Job.Status.RUNNING]).exists()
             ),
             timeout=120,
-            what=f"every job to finish or be cancelled\n{procs.tails()}",
+            what=lambda: f"every job to finish or be cancelled\n{procs.tails()}",
         )
     ran = [by_arg[log.payload["args"][0]] for log in CallLog.objects.filter(task="tests.record")]
     assert len(ran) == len(set(ran))  # nothing ran twice

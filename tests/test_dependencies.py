@@ -235,7 +235,7 @@ def test_chains_across_two_worker_processes_postgres(tmp_path):
         wait_for(
             lambda: not Job.objects.filter(status__in=[Status.READY, Status.RUNNING]).exists(),
             timeout=90,
-            what=f"every chain to finish\n{procs.tails()}",
+            what=lambda: f"every chain to finish\n{procs.tails()}",
         )
     order = ran()
     for i, head, mid, tail in chains:

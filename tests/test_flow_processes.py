@@ -69,13 +69,13 @@ def test_rate_limit_holds_across_two_worker_processes(tmp_path, flow):
         wait_for(
             lambda: all("starting" in worker.stderr() for worker in workers),
             timeout=60,
-            what=f"both workers to start\n{procs.tails()}",
+            what=lambda: f"both workers to start\n{procs.tails()}",
         )
         jobs = [flow["flow.rate"].delay(f"r{i:03}", 0.02) for i in range(100)]
         wait_for(
             lambda: CallLog.objects.filter(task="flow.rate").count() == 100,
             timeout=90,
-            what=f"100 runs\n{procs.tails()}",
+            what=lambda: f"100 runs\n{procs.tails()}",
         )
         wait_for(
             lambda: (
@@ -118,7 +118,9 @@ def test_drop_under_a_burst_sheds_the_excess_across_processes(tmp_path, flow):
     with processes(tmp_path, env()) as procs:
         for i in range(2):
             procs.worker(*WORKER, name=f"worker-{i}")
-        wait_for(lambda: not pending.exists(), timeout=60, what=f"the burst\n{procs.tails()}")
+        wait_for(
+            lambda: not pending.exists(), timeout=60, what=lambda: f"the burst\n{procs.tails()}"
+        )
         executed = list(Job.objects.filter(task_name="flow.rate_drop", status="SUCCESSFUL"))
         signal_rows = CallLog.objects.filter(task__startswith="signal:")
         # A run's job_finished receiver writes its row after the outcome write that ended the
@@ -126,7 +128,7 @@ def test_drop_under_a_burst_sheds_the_excess_across_processes(tmp_path, flow):
         wait_for(
             lambda: signal_rows.count() >= len(executed),
             timeout=30,
-            what=f"the signal rows of the last runs\n{procs.tails()}",
+            what=lambda: f"the signal rows of the last runs\n{procs.tails()}",
         )
         shed = list(Job.objects.filter(task_name="flow.rate_drop", status=Job.Status.SHED))
         print(f"\n[drop] executed {len(executed)}, shed {len(shed)}")
@@ -147,7 +149,7 @@ def test_drop_under_a_burst_sheds_the_excess_across_processes(tmp_path, flow):
         wait_for(
             lambda: Job.objects.get(pk=retried.pk).status == Job.Status.SUCCESSFUL,
             timeout=30,
-            what=f"the manual retry of a shed entry\n{procs.tails()}",
+            what=lambda: f"the manual retry of a shed entry\n{procs.tails()}",
         )
 
 
@@ -162,7 +164,7 @@ def test_concurrency_cap_holds_across_two_worker_processes(tmp_path, flow):
                 CallLog.objects.filter(task="flow.capped", finished_at__isnull=False).count() == 12
             ),
             timeout=90,
-            what=f"12 runs\n{procs.tails()}",
+            what=lambda: f"12 runs\n{procs.tails()}",
         )
     logs = list(CallLog.objects.filter(task="flow.capped"))
     assert len({log.key for log in logs}) == 12
@@ -177,7 +179,7 @@ def test_two_worker_processes_share_one_breaker(tmp_path, flow):
         wait_for(
             lambda: Job.objects.filter(task_name="flow.guarded", status="FAILED").count() == 3,
             timeout=60,
-            what=f"3 failures\n{procs.tails()}",
+            what=lambda: f"3 failures\n{procs.tails()}",
         )
         state = TaskState.objects.get(task_name="flow.guarded")
         assert (state.breaker_state, state.failures) == ("open", 3)

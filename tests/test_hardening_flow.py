@@ -374,7 +374,7 @@ def test_a_worker_killed_under_a_concurrency_cap_loses_no_job_and_never_breaks_t
                 == len(jobs)
             ),
             timeout=120,
-            what=f"every job to succeed\n{procs.tails()}",
+            what=lambda: f"every job to succeed\n{procs.tails()}",
         )
     logs = list(CallLog.objects.filter(task="hf.capped"))
     unfinished = [log for log in logs if log.finished_at is None]
@@ -401,14 +401,14 @@ def test_a_killed_probe_holds_the_breaker_until_its_lease_lapses_then_a_new_prob
         wait_for(
             lambda: Job.objects.get(pk=failing.pk).status == Status.FAILED,
             timeout=60,
-            what=f"the failing run\n{procs.tails()}",
+            what=lambda: f"the failing run\n{procs.tails()}",
         )
         assert TaskState.objects.get(task_name="hf.breaker").breaker_state == "open"
         probe = JobFactory(task_name="hf.breaker", args=["probe", 30.0], run_at=T, max_retries=0)
         wait_for(
             lambda: CallLog.objects.filter(job_id=probe.pk).exists(),
             timeout=60,
-            what=f"the probe to start\n{procs.tails()}",
+            what=lambda: f"the probe to start\n{procs.tails()}",
         )
         state = TaskState.objects.get(task_name="hf.breaker")
         assert (state.breaker_state, state.probe_job_id) == ("half_open", probe.pk)
@@ -419,14 +419,14 @@ def test_a_killed_probe_holds_the_breaker_until_its_lease_lapses_then_a_new_prob
         wait_for(
             lambda: Job.objects.get(pk=second.pk).status == Status.SUCCESSFUL,
             timeout=60,
-            what=f"the next probe\n{procs.tails()}",
+            what=lambda: f"the next probe\n{procs.tails()}",
         )
         # The claim that admits the next probe may see the lapsed lease a moment before the
         # worker's lease reclaim (its own step, once per poll) turns the dead probe FAILED.
         wait_for(
             lambda: Job.objects.get(pk=probe.pk).status != Status.RUNNING,
             timeout=30,
-            what=f"the dead probe's lease to be reclaimed\n{procs.tails()}",
+            what=lambda: f"the dead probe's lease to be reclaimed\n{procs.tails()}",
         )
     started = CallLog.objects.get(job_id=second.pk).started_at
     assert started >= lease_at_kill  # never while the killed probe's lease was live
