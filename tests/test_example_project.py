@@ -7,10 +7,14 @@ whatever database the rest of the suite uses.
 
 from __future__ import annotations
 
+import fcntl
 import importlib
 import os
+import pty
+import struct
 import subprocess
 import sys
+import termios
 from pathlib import Path
 
 import pytest
@@ -82,6 +86,61 @@ def manage(tmp_path: Path, *args: str, timeout: float = 600) -> subprocess.Compl
         text=True,
         timeout=timeout,
     )
+
+
+def manage_in_terminal(
+    tmp_path: Path, *args: str, columns: int = 100, timeout: float = 300
+) -> tuple[int, str]:
+    """Run ``python manage.py …`` on a pseudo-terminal of ``columns`` x 30, as a person would.
+
+    Progress bars and colours switch on only when stdout/stderr are a terminal, so a plain
+    ``subprocess.run`` (pipes) never shows what a person's terminal shows. Returns the exit
+    code and everything written to the terminal (``\r\n`` line ends, ANSI codes and all).
+    """
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"DATABASE_URL", "DJANGO_SETTINGS_MODULE", "PYTHONPATH"}
+    }
+    env["DEBOUNCE_EXAMPLE_SQLITE"] = str(tmp_path / "db.sqlite3")
+    env["TERM"] = "xterm-256color"
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 30, columns, 0, 0))
+    process = subprocess.Popen(
+        [sys.executable, "manage.py", *args],
+        cwd=REPO,
+        env=env,
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        close_fds=True,
+    )
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    return process.wait(timeout=timeout), b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_demo_in_a_terminal_draws_its_progress_bar_and_exits_0(tmp_path):
+    """The README's first command as a person runs it (tqdm on, time-machine travelling).
+
+    Regression: on a terminal the bar was reset on the frozen clock before any travel and
+    ``replay_events`` died with ``ValueError: Not currently time-travelling``.
+    """
+    assert manage(tmp_path, "migrate").returncode == 0
+    code, screen = manage_in_terminal(tmp_path, "replay_events", "--limit", "120")
+    assert code == 0, screen
+    assert "120/120" in screen, screen  # the bar was drawn and completed
+    assert "Traceback" not in screen, screen
+    assert summary_value(screen.replace("\r", ""), "events") == "120"
 
 
 def summary_value(stdout: str, label: str) -> str:

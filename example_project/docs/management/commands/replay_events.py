@@ -8,6 +8,7 @@ describes this replay only. See docs/demo.md.
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 from typing import Any
 
@@ -198,8 +199,14 @@ class Command(BaseCommand):
             from tqdm import tqdm  # type: ignore[import-untyped]
         except ImportError:
             return _NoBar(self.stdout.write)
+
+        def real_time() -> float:
+            # escape_hatch.time.time() raises "Not currently time-travelling" outside a travel,
+            # and the bar is drawn (and reset) before the virtual replay starts travelling.
+            return escape_hatch.time.time() if escape_hatch.is_travelling() else time.time()
+
         bar = tqdm(total=total, unit="event", disable=disable or None, dynamic_ncols=True)
-        bar._time = escape_hatch.time.time
+        bar._time = real_time
         bar.reset(total=total)
         return bar
 
