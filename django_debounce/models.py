@@ -137,6 +137,24 @@ class Job(models.Model):
             models.Index(fields=["queue", "-id"], name="debounce_job_queue"),
             models.Index(fields=["task_name", "-id"], name="debounce_job_task"),
         ]
+        constraints = [
+            # The claimed-job rule (§4.1, §4.5: a claimed job is never changed by an enqueue)
+            # holds because an enqueue slides only the row holding the key's window_key, and a
+            # coalescing call (§6) joins only the row holding its unique_lock. The database
+            # refuses a row that keeps either past the states it belongs to, whatever wrote it
+            # (a future code path, an operator's UPDATE): IntegrityError on every backend.
+            models.CheckConstraint(
+                condition=models.Q(window_key__isnull=True) | models.Q(status="READY"),
+                name="debounce_job_window_only_ready",
+                violation_error_message=_("Only a READY job can hold an open window_key."),
+            ),
+            models.CheckConstraint(
+                condition=models.Q(unique_lock__isnull=True)
+                | models.Q(status__in=["READY", "RUNNING"]),
+                name="debounce_job_lock_only_live",
+                violation_error_message=_("Only a READY or RUNNING job can hold a unique_lock."),
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.task_name} #{self.pk} ({self.status})"
