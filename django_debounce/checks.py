@@ -202,13 +202,51 @@ def check_unknown_settings(app_configs: Any = None, **kwargs: Any) -> list[Check
     for name in sorted(dir(django_settings)):
         if not name.startswith("DEBOUNCE_") or name in known:
             continue
-        close = difflib.get_close_matches(name, sorted(known), n=1)
+        meant = _suggestion(name)
         messages.append(
             Warning(
                 f"{name} is not a django-debounce setting; it is ignored.",
-                hint=(f"Did you mean {close[0]}? " if close else "")
+                hint=(f"Did you mean {meant}? " if meant else "")
                 + "The settings are listed in docs/reference/settings.md.",
                 id="django_debounce.W003",
             )
         )
     return messages
+
+
+#: How alike (difflib's ratio, 0..1) the part after ``DEBOUNCE_`` must be to count as a typo:
+#: a dropped, doubled or swapped letter or a plural scores 0.8-0.98; names that only share
+#: a word (``MAX_WORKERS`` and ``MAX_RETRIES``: 0.73) or a few letters score lower.
+_CLOSE = 0.75
+
+
+def _suggestion(name: str) -> str | None:
+    """Return the ``DEBOUNCE_*`` setting that ``name`` most likely misspells, or ``None``.
+
+    Args:
+        name: an unknown setting name starting with ``DEBOUNCE_``.
+
+    Compared without the shared prefix (it would make every pair look alike):
+    the known name spelled closest, if its ratio is at least :data:`_CLOSE`
+    (``DEBOUNCE_QUEUE`` -> ``DEBOUNCE_QUEUES``); else the only known name
+    whose words run inside ``name``'s or the other way round
+    (``DEBOUNCE_WINDOW`` -> ``DEBOUNCE_DEFAULT_WINDOW``). An unrelated name
+    (``DEBOUNCE_BROKER_URL``, ``DEBOUNCE_BACKEND``) gets no suggestion (W003,
+    docs/reference/checks.md).
+    """
+    tail = name.removeprefix("DEBOUNCE_")
+    close = difflib.get_close_matches(tail, sorted(DEFAULTS), n=1, cutoff=_CLOSE)
+    if close:
+        return f"DEBOUNCE_{close[0]}"
+    words = tail.split("_")
+    inside = [
+        known
+        for known in sorted(DEFAULTS)
+        if _runs_inside(known.split("_"), words) or _runs_inside(words, known.split("_"))
+    ]
+    return f"DEBOUNCE_{inside[0]}" if len(inside) == 1 else None
+
+
+def _runs_inside(part: list[str], whole: list[str]) -> bool:
+    """True if the words ``part`` appear in ``whole`` one after another."""
+    return any(whole[i : i + len(part)] == part for i in range(len(whole) - len(part) + 1))

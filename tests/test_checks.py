@@ -182,3 +182,34 @@ def test_check_command_reports_database_warning(databases):
 
     with pytest.raises(SystemCheckError, match=r"django_debounce\.W001"):
         call_command("check", fail_level="WARNING", stdout=StringIO(), stderr=StringIO())
+
+
+# -- W003: an unknown DEBOUNCE_* setting, and what it most likely meant --------------------
+
+UNKNOWN_SETTINGS = [
+    # Unrelated names get no suggestion (they used to get the nearest of any letters).
+    pytest.param("DEBOUNCE_BROKER_URL", None, id="unrelated-broker-url"),
+    pytest.param("DEBOUNCE_BACKEND", None, id="unrelated-backend"),
+    pytest.param("DEBOUNCE_MAX_WORKERS", None, id="shares-a-word-only"),
+    pytest.param("DEBOUNCE_DEFAULT_TIMEOUT", None, id="shares-a-prefix-word-only"),
+    # Typos and near names do.
+    pytest.param("DEBOUNCE_POLL_INTERVALL", "DEBOUNCE_POLL_INTERVAL", id="typo"),
+    pytest.param("DEBOUNCE_MAXRETRIES", "DEBOUNCE_MAX_RETRIES", id="missing-underscore"),
+    pytest.param(
+        "DEBOUNCE_DEAD_LETTERS_AUTO_RETRY", "DEBOUNCE_DEAD_LETTER_AUTO_RETRY", id="plural"
+    ),
+    pytest.param("DEBOUNCE_WINDOW", "DEBOUNCE_DEFAULT_WINDOW", id="words-inside"),
+    pytest.param("DEBOUNCE_SHUTDOWN_GRACE_PERIOD", "DEBOUNCE_SHUTDOWN_GRACE", id="words-around"),
+]
+
+
+@pytest.mark.parametrize(("name", "meant"), UNKNOWN_SETTINGS)
+def test_w003_suggests_only_a_close_name(settings, name, meant):
+    setattr(settings, name, "x")
+
+    warnings = [m for m in checks.check_unknown_settings() if m.id == "django_debounce.W003"]
+
+    assert [m.msg for m in warnings] == [f"{name} is not a django-debounce setting; it is ignored."]
+    assert warnings[0].level == WARNING
+    listed = "The settings are listed in docs/reference/settings.md."
+    assert warnings[0].hint == (f"Did you mean {meant}? {listed}" if meant else listed)
