@@ -48,6 +48,7 @@ from .admin_helpers import (
     kind_of,
     payload_preview,
     pretty_json,
+    task_name_column,
     time_column,
     time_text,
 )
@@ -111,6 +112,8 @@ class CallDisplayAdmin(ReadOnlyAdmin):
 
     Both models carry ``args``, ``kwargs``, ``metadata`` and ``traceback``.
     """
+
+    task = task_name_column()
 
     @admin.display(description=_("arguments"))
     def arguments(self, row: Job | DeadLetter) -> SafeString:
@@ -289,7 +292,7 @@ class JobAdmin(WindowActionsAdmin):
 
     list_display = [
         "id",
-        "task_name",
+        "task",
         "queue",
         "status",
         "key",
@@ -524,7 +527,7 @@ class OpenWindowAdmin(JobAdmin):
 
     list_display = [
         "job",
-        "task_name",
+        "task",
         "debounce_key",
         "opened_at_time",
         "deadline",
@@ -584,7 +587,7 @@ class DeadLetterAdmin(CallDisplayAdmin):
         "id",
         "created_at_time",
         "kind",
-        "task_name",
+        "task",
         "queue",
         "short_reason",
         "original_job",
@@ -718,7 +721,7 @@ class TaskStateAdmin(ReadOnlyAdmin):
     """
 
     list_display = [
-        "task_name",
+        "task",
         "breaker",
         "failures_count",
         "opened_at_time",
@@ -727,7 +730,7 @@ class TaskStateAdmin(ReadOnlyAdmin):
         "tokens_now",
         "running_vs_cap",
     ]
-    list_display_links = ["task_name"]
+    list_display_links = ["task"]
     list_filter = ["breaker_state"]
     search_fields = ["=task_name"]
     search_help_text = _("Exact task name.")
@@ -744,6 +747,7 @@ class TaskStateAdmin(ReadOnlyAdmin):
         "stored_tokens",
     ]
 
+    task = task_name_column()
     opened_at_time = time_column("opened_at", _("opened at"))
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:

@@ -325,3 +325,99 @@ def test_held_back_job_and_flow_control_state(page):
         shot(page, "admin-task-states.png")
     finally:
         tasks_admin_holds.unregister()
+
+
+# -- the changelists on a laptop screen (issue #8) ------------------------------------------
+
+LAPTOP = {"width": 1366, "height": 768}
+
+#: For each header cell: the label, how far its text overflows the cell, and how far the
+#: cell's right edge lies past what is visible (the viewport, or the results box, which
+#: scrolls sideways and hides what does not fit). Both 0 when the column fits.
+MEASURE_COLUMNS = """
+() => {
+  const results = document.querySelector('#changelist-form .results');
+  const edge = Math.min(
+    document.documentElement.clientWidth, results.getBoundingClientRect().right
+  );
+  return [...document.querySelectorAll('#result_list thead th')].map((th) => {
+    const text = th.querySelector('.text') || th;
+    return {
+      header: th.innerText.replace(/\\s+/g, ' ').trim(),
+      cut: Math.max(0, text.scrollWidth - text.clientWidth, th.scrollWidth - th.clientWidth),
+      past: Math.max(0, Math.ceil(th.getBoundingClientRect().right - edge)),
+    };
+  });
+}
+"""
+
+
+def seed_busy_changelists() -> None:
+    """Rows as a busy site has them: long task names, keys, payloads, reasons and queues."""
+    from django_debounce.models import QueueState, TaskState
+
+    now = timezone.now()
+    for n in range(3):
+        window_job(
+            f"customer:{40_000 + n}:invoice-summary",
+            task_name="billing.tasks.rebuild_customer_invoice_summary",
+            queue="billing-low",
+            opened_at=now - dt.timedelta(seconds=40 + n),
+            run_at=now + dt.timedelta(minutes=4, seconds=12),
+            max_run_at=now + dt.timedelta(minutes=9, seconds=12),
+            enqueue_count=1_234 + n,
+            last_enqueued_at=now - dt.timedelta(seconds=3),
+            args=[40_000 + n, "monthly"],
+            kwargs={"currency": "EUR", "include_drafts": False},
+        )
+    for n in range(3):
+        letter = DeadLetterFactory(
+            task_name="notifications.tasks.send_weekly_digest_email",
+            queue="notifications",
+            reason=(
+                "failed: 4 attempt(s); smtplib.SMTPServerDisconnected: Connection unexpectedly "
+                "closed while sending the weekly digest to a long list of recipients"
+            ),
+        )
+        if n:
+            retry = JobFactory(task_name=letter.task_name, queue=letter.queue)
+            DeadLetter.objects.filter(pk=letter.pk).update(retried_at=now, retry_job=retry)
+    for name in ("billing.tasks.rebuild_customer_invoice_summary", "search.tasks.reindex_page"):
+        TaskState.objects.create(
+            task_name=name,
+            breaker_state="open",
+            failures=5,
+            opened_at=now,
+            tokens=0.5,
+            tokens_at=now,
+        )
+    QueueState.objects.create(
+        queue="notifications-weekly-digest",
+        dropping=True,
+        drop_count=12,
+        drop_next_at=now,
+        first_above_at=now,
+    )
+
+
+@pytest.mark.parametrize(
+    ("changelist", "rows"),
+    [("openwindow", 3), ("deadletter", 3), ("job", 8), ("taskstate", 2), ("queuestate", 1)],
+)
+def test_changelists_fit_a_laptop_screen(page, changelist, rows):
+    """At 1366x768 no header is cut and every column is in view (no sideways scrolling).
+
+    The navigation sidebar is collapsed (``new_context``); with it open, see the known gap
+    in docs/decisions.md.
+    """
+    seed_busy_changelists()
+    page.set_viewport_size(LAPTOP)
+    page.goto(f"/admin/django_debounce/{changelist}/")
+    expect(page.locator("#result_list tbody tr")).to_have_count(rows)
+    # Not a docs picture: always to .artifacts, even with DEBOUNCE_DOCS_SCREENSHOTS=1.
+    artifacts = REPO / ".artifacts" / "screenshots"
+    artifacts.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(artifacts / f"laptop-{changelist}.png"))
+    columns = page.evaluate(MEASURE_COLUMNS)
+    assert len(columns) >= 6
+    assert [c for c in columns if c["cut"] or c["past"]] == []
