@@ -291,6 +291,26 @@ def test_task_state_page_shows_state_now(admin_client, clock, holds_tasks):
     assert "0.000 @ 2026-03-01 12:00:00" in detail.content.decode()
 
 
+def test_task_state_page_says_when_rows_appear(admin_client, clock, holds_tasks):
+    """Empty, the page explains itself; a claim of a gated task's due job makes the row."""
+    empty = "No task states yet: no worker has claimed a due job of a task with a rate limit"
+    JobFactory(task_name="tests.noop")
+    JobFactory(task_name="holds.rated", run_at=T + dt.timedelta(minutes=1))  # not due yet
+    assert claimed_ids() != set()  # the plain job: no row for a task without flow control
+    page = admin_client.get(url("taskstate")).content.decode()
+    assert "A task's row is created the first time a worker's claim finds" in page
+    assert empty in page
+    assert TaskState.objects.count() == 0
+
+    clock(minutes=1)
+    assert len(claimed_ids()) == 1
+    page = admin_client.get(url("taskstate")).content.decode()
+    assert list(TaskState.objects.values_list("task_name", flat=True)) == ["holds.rated"]
+    assert empty not in page and "A task's row is created" in page
+    # A search that finds nothing is not "no rows yet".
+    assert empty not in admin_client.get(url("taskstate") + "?q=holds.none").content.decode()
+
+
 def test_queue_state_page(admin_client, clock):
     QueueState.objects.create(
         queue="mail", dropping=True, drop_count=3, drop_next_at=T, first_above_at=T
