@@ -12,7 +12,7 @@ from django.conf import settings as django_settings
 from django.core.checks import CheckMessage, Error, Warning, register
 from django.db import connections
 
-from .conf import DEFAULTS, parse_auto_retry, parse_queues
+from .conf import DEFAULTS, parse_auto_retry, parse_max_payload_bytes, parse_queues
 from .durations import parse_duration
 from .exceptions import ConfigurationError
 
@@ -185,6 +185,26 @@ def check_dead_letter_auto_retry(app_configs: Any = None, **kwargs: Any) -> list
                     "no other keys."
                 ),
                 id="django_debounce.E013",
+            )
+        ]
+    return []
+
+
+@register()
+def check_max_payload_bytes(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """E014: ``DEBOUNCE_MAX_PAYLOAD_BYTES`` must be an int of at least 1024."""
+    try:
+        parse_max_payload_bytes(_setting("MAX_PAYLOAD_BYTES"))
+    except ConfigurationError as exc:
+        return [
+            Error(
+                str(exc),
+                hint=(
+                    "It caps the JSON text of a job's arguments, metadata and result, in bytes. "
+                    "The default, 1048576 (1 MiB), leaves a wide margin under MariaDB's default "
+                    "max_allowed_packet of 16 MiB; keep it below your database's packet limit."
+                ),
+                id="django_debounce.E014",
             )
         ]
     return []

@@ -1,7 +1,9 @@
 """The one reader of ``django.conf.settings`` for ``DEBOUNCE_*`` names.
 
 Every setting is read lazily on attribute access, so ``override_settings``
-works in tests. Validation lives in :mod:`django_debounce.checks`.
+works in tests. ``DEBOUNCE_MAX_PAYLOAD_BYTES``, read on every enqueue, is kept
+after its first read and forgotten when Django's ``setting_changed`` signal
+names it (``override_settings`` sends it). Validation lives in :mod:`django_debounce.checks`.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings as django_settings
+from django.core.signals import setting_changed
 
 from .durations import DurationLike, parse_duration
 from .exceptions import ConfigurationError
@@ -37,7 +40,13 @@ DEFAULTS: dict[str, Any] = {
     # Per-queue options, e.g. {"default": {"codel": {...}}} (§11).
     "QUEUES": {},
     "DEAD_LETTER_AUTO_RETRY": None,
+    # Largest JSON text of one job's args + kwargs (and of its metadata, and of a
+    # result), in bytes (docs/reference/settings.md; decision 29 in docs/decisions.md).
+    "MAX_PAYLOAD_BYTES": 1024 * 1024,
 }
+
+#: The smallest ``DEBOUNCE_MAX_PAYLOAD_BYTES`` accepted (check E014): 1 KiB.
+MIN_PAYLOAD_BYTES = 1024
 
 
 @dataclass(frozen=True)
@@ -129,6 +138,37 @@ def parse_queues(value: Any) -> dict[str, CodelSettings]:
     return result
 
 
+def parse_max_payload_bytes(value: Any) -> int:
+    """Validate ``DEBOUNCE_MAX_PAYLOAD_BYTES`` and return it.
+
+    Args:
+        value: the setting, an ``int`` number of bytes, at least
+            :data:`MIN_PAYLOAD_BYTES` (1024).
+
+    Raises:
+        ConfigurationError: not an ``int`` (a ``bool`` or a string counts as
+            wrong), or below 1024.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < MIN_PAYLOAD_BYTES:
+        raise ConfigurationError(
+            f"DEBOUNCE_MAX_PAYLOAD_BYTES={value!r} must be an int of at least "
+            f"{MIN_PAYLOAD_BYTES} (bytes of JSON text), e.g. 1048576 for 1 MiB."
+        )
+    return value
+
+
+#: Values read on the enqueue path, kept until ``setting_changed`` names them.
+_cache: dict[str, Any] = {}
+
+
+def _forget(*, setting: str, **kwargs: Any) -> None:
+    if setting.startswith("DEBOUNCE_"):
+        _cache.clear()
+
+
+setting_changed.connect(_forget, dispatch_uid="django_debounce.conf")
+
+
 class Settings:
     """Lazy, typed view of the ``DEBOUNCE_*`` settings."""
 
@@ -190,6 +230,23 @@ class Settings:
     def enqueue_retries(self) -> int:
         """``DEBOUNCE_ENQUEUE_RETRIES``: attempts before ``EnqueueContentionError`` (default 20)."""
         return int(self._get("ENQUEUE_RETRIES"))
+
+    @property
+    def max_payload_bytes(self) -> int:
+        """``DEBOUNCE_MAX_PAYLOAD_BYTES``: largest JSON text of a job's payload (default 1 MiB).
+
+        Kept after the first read (reset by ``setting_changed``).
+
+        Raises:
+            ConfigurationError: the setting is invalid (see :func:`parse_max_payload_bytes`).
+        """
+        try:
+            value: int = _cache["MAX_PAYLOAD_BYTES"]
+        except KeyError:
+            value = _cache["MAX_PAYLOAD_BYTES"] = parse_max_payload_bytes(
+                self._get("MAX_PAYLOAD_BYTES")
+            )
+        return value
 
     @property
     def dead_letter_auto_retry(self) -> AutoRetry | None:

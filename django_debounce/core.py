@@ -29,10 +29,10 @@ from . import codec, keys, registry, upsert
 from .conf import settings
 from .dependencies import CANCELLING_STATUSES, cancel_dependents
 from .durations import parse_duration
-from .exceptions import ConfigurationError, EnqueueContentionError
+from .exceptions import ConfigurationError, EnqueueContentionError, PayloadError
 from .models import Job, JobDependency
 from .signals import job_enqueued, send_signal
-from .tasks import check_priority, check_queue, check_window
+from .tasks import check_priority, check_queue, check_task_name, check_window
 
 if TYPE_CHECKING:
     from .tasks import MergeFunction, Task
@@ -107,11 +107,15 @@ def enqueue(
         The job after this enqueue, with ``outcome`` set.
 
     Raises:
-        ConfigurationError, KeyResolutionError, PayloadError,
-        EnqueueContentionError: as for :meth:`Task.apply_async`.
+        ConfigurationError: as for :meth:`Task.apply_async`; also a task name
+            that is not a non-empty ``str`` of at most 255 characters without
+            NUL or lone surrogates (``Job.task_name``), raised before any SQL.
+        KeyResolutionError, PayloadError, EnqueueContentionError: as for
+            :meth:`Task.apply_async`.
     """
     if not isinstance(task_name, str) or not task_name:
         raise ConfigurationError(f"enqueue() needs a task name (str), got {task_name!r}.")
+    check_task_name(task_name)
     return enqueue_call(registry.lookup(task_name), task_name, args, kwargs or {}, options)
 
 
@@ -233,14 +237,8 @@ def plan_call(
         raise ConfigurationError(
             f"{where}: metadata must be a dict, got {type(metadata).__name__}."
         )
-    try:
-        json.dumps(metadata, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise ConfigurationError(
-            f"{where}: metadata must be plain JSON (str keys, no NaN): {exc}."
-        ) from exc
-    if any(not isinstance(key, str) for key in metadata):
-        raise ConfigurationError(f"{where}: metadata keys must be str.")
+    if metadata:
+        _check_metadata(metadata, where)
     for name in ("debounce_key", "unique_key"):
         spec = options.get(name)
         if spec is not None and not isinstance(spec, str) and not callable(spec):
@@ -257,8 +255,19 @@ def plan_call(
         )
     notes = options.get("notes")
     notes = "" if notes is None else notes
-    if not isinstance(notes, str) or "\x00" in notes:
-        raise ConfigurationError(f"{where}: notes must be a str.")
+    if not isinstance(notes, str) or not codec.is_storable_text(notes):
+        raise ConfigurationError(
+            f"{where}: notes must be a str without NUL characters or lone surrogates."
+        )
+    if (
+        notes and len(notes) * 4 > settings.max_payload_bytes
+    ):  # 4: the most UTF-8 bytes per character
+        size = len(notes.encode())
+        if size > settings.max_payload_bytes:
+            raise ConfigurationError(
+                f"{where}: notes are {size:,} bytes of UTF-8; the limit is "
+                f"{settings.max_payload_bytes:,} (DEBOUNCE_MAX_PAYLOAD_BYTES)."
+            )
 
     # Expiry: a duration from now, or an aware datetime.
     expires = options.get("expires")
@@ -346,6 +355,30 @@ def plan_call(
         unique_lock=keys.window_hash(task_name, unique_key) if unique_key is not None else None,
         depends_on=depends_on,
     )
+
+
+def _check_metadata(metadata: dict[str, Any], where: str) -> None:
+    """Refuse ``metadata`` a database would refuse or change, before any SQL runs.
+
+    Plain JSON (str keys, finite floats) under the codec's limits on text, ints
+    and depth, and a JSON text of at most ``DEBOUNCE_MAX_PAYLOAD_BYTES``.
+
+    Raises:
+        ConfigurationError: naming what is wrong and where.
+    """
+    try:
+        codec.check_json(metadata, path="metadata")
+    except PayloadError as exc:
+        raise ConfigurationError(
+            f"{where}: metadata must be plain JSON that every database stores: {exc}"
+        ) from exc
+    size = len(json.dumps(metadata))
+    if size > settings.max_payload_bytes:
+        raise ConfigurationError(
+            f"{where}: metadata is {size:,} bytes of JSON; the limit is "
+            f"{settings.max_payload_bytes:,} (DEBOUNCE_MAX_PAYLOAD_BYTES). Keep metadata to "
+            "a few labels; store bulk data elsewhere."
+        )
 
 
 def _dependency_ids(value: Any, where: str) -> tuple[int, ...]:

@@ -13,6 +13,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
 from . import registry
+from .codec import is_storable_text
 from .conf import settings
 from .durations import DurationLike, parse_duration
 from .exceptions import ConfigurationError
@@ -46,18 +47,55 @@ def check_priority(priority: Any) -> int:
 
 
 def check_queue(queue: Any) -> str:
-    """Return ``queue`` if it is a non-empty name of at most 100 characters."""
+    """Return ``queue`` if it is a non-empty name of at most 100 characters.
+
+    Raises:
+        ConfigurationError: not a ``str``, empty, longer than the column's 100
+            characters, surrounding spaces, or text no database can store (NUL,
+            a lone surrogate).
+    """
     if (
         not isinstance(queue, str)
         or not queue
         or len(queue) > 100
         or queue != queue.strip()
-        or "\x00" in queue
+        or not is_storable_text(queue)
     ):
         raise ConfigurationError(
-            f"queue={queue!r} must be a non-empty str of at most 100 characters."
+            f"queue={queue!r} must be a non-empty str of at most 100 characters, without "
+            "surrounding spaces, NUL characters or lone surrogates."
         )
     return queue
+
+
+#: Longest task name (``Job.task_name`` is a ``CharField(max_length=255)``).
+MAX_TASK_NAME_LENGTH = 255
+
+
+def check_task_name(task_name: Any) -> str:
+    """Return ``task_name`` if it fits ``Job.task_name`` on every database.
+
+    Checked when a task is declared and when ``enqueue("name", ...)`` names a
+    task this process never imported, so a bad name is refused before any SQL.
+
+    Raises:
+        ConfigurationError: not a ``str``, empty, longer than 255 characters,
+            or text no database can store (NUL, a lone surrogate).
+    """
+    if (
+        not isinstance(task_name, str)
+        or not task_name
+        or len(task_name) > MAX_TASK_NAME_LENGTH
+        or not is_storable_text(task_name)
+    ):
+        shown = repr(task_name)
+        if isinstance(task_name, str) and len(task_name) > 80:
+            shown = f"{task_name[:60]!r}… ({len(task_name)} characters)"
+        raise ConfigurationError(
+            f"task name {shown} must be a non-empty str of at most "
+            f"{MAX_TASK_NAME_LENGTH} characters, without NUL characters or lone surrogates."
+        )
+    return task_name
 
 
 def check_window(window: timedelta, max_wait: timedelta | None, *, where: str) -> timedelta:
@@ -379,16 +417,7 @@ def build_options(
 def _make(func: Callable[P, R], name: str | None, options: dict[str, Any]) -> Task[P, R]:
     if not callable(func):
         raise ConfigurationError(f"@task decorates a function, got {func!r}.")
-    task_name = name or f"{func.__module__}.{func.__qualname__}"
-    if (
-        not isinstance(task_name, str)
-        or not task_name
-        or len(task_name) > 255
-        or "\x00" in task_name
-    ):
-        raise ConfigurationError(
-            f"task name {task_name!r} must be a non-empty str of at most 255 characters."
-        )
+    task_name = check_task_name(name or f"{func.__module__}.{func.__qualname__}")
     known = set(inspect.signature(build_options).parameters) - {"where"}
     unknown = sorted(set(options) - known)
     if unknown:

@@ -102,6 +102,23 @@ def test_check_command_fails_when_misconfigured(settings):
     assert "HINT:" in text
 
 
+@pytest.mark.parametrize("value", [0, 1023, "1MB", 1048576.0, True, None])
+def test_e014_max_payload_bytes_must_be_an_int_of_at_least_1024(settings, value):
+    settings.DEBOUNCE_MAX_PAYLOAD_BYTES = value
+
+    messages = checks.check_max_payload_bytes()
+
+    assert [m.id for m in messages] == ["django_debounce.E014"]
+    assert "DEBOUNCE_MAX_PAYLOAD_BYTES" in messages[0].msg
+    assert "max_allowed_packet" in messages[0].hint
+
+
+@pytest.mark.parametrize("value", [1024, 16 * 1024 * 1024])
+def test_e014_accepts_byte_counts_from_1024(settings, value):
+    settings.DEBOUNCE_MAX_PAYLOAD_BYTES = value
+    assert checks.check_max_payload_bytes() == []
+
+
 # -- database checks (W001, W002) ------------------------------------------------------
 #
 # These checks read each alias's ``vendor`` and ``OPTIONS`` without connecting. The test

@@ -56,7 +56,7 @@ def test_nul_in_a_key_is_a_key_resolution_error():
     assert Job.objects.count() == 0
 
 
-def test_payload_nesting_is_bounded_so_the_worker_can_decode_it():
+def test_payload_nesting_is_bounded_so_every_database_stores_it():
     nested: list = []
     for _ in range(codec.MAX_DEPTH + 5):
         nested = [nested]
@@ -65,7 +65,7 @@ def test_payload_nesting_is_bounded_so_the_worker_can_decode_it():
     def deep(value):
         pass
 
-    with pytest.raises(PayloadError, match="nested more than"):
+    with pytest.raises(PayloadError, match="nested too deeply"):
         deep.delay(nested)
     assert Job.objects.count() == 0
 
