@@ -27,6 +27,8 @@ from __future__ import annotations
 import logging
 import os
 import queue as queue_module
+import re
+import reprlib
 import signal
 import socket
 import threading
@@ -76,36 +78,85 @@ LOOP_RECHECK_AFTER = 1.0
 Status = Job.Status
 
 
-def storable_text(text: str) -> str:
-    """Return ``text`` without NUL characters, which PostgreSQL text and jsonb cannot hold."""
-    return text.replace("\x00", "\ufffd") if "\x00" in text else text
+#: Most characters of an error message or a traceback stored on a job and its dead
+#: letter; the rest is cut (a 20 MB exception message must not make the write fail).
+MAX_ERROR_CHARS = 65_536
+#: Most characters of the ``repr`` recorded for a result the codec cannot store.
+MAX_REPR_CHARS = 10_000
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def storable_text(text: str, limit: int | None = None) -> str:
+    """Return ``text`` in a form every supported database stores.
+
+    NUL characters (PostgreSQL refuses them) and lone surrogates (not Unicode
+    text: no driver can encode them, e.g. from ``os.fsdecode(b"\\xff")``)
+    become U+FFFD; text longer than ``limit`` characters is cut, with a note
+    of how much was cut.
+    """
+    if "\x00" in text:
+        text = text.replace("\x00", "\ufffd")
+    if not text.isascii():
+        text = _SURROGATE.sub("\ufffd", text)
+    if limit is not None and len(text) > limit:
+        text = f"{text[:limit]}… [cut: {len(text) - limit:,} more characters]"
+    return text
+
+
+class _ShortRepr(reprlib.Repr):
+    """``repr`` that stays short for big or deep values and never raises on a huge int."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxlevel = 10
+        self.maxtuple = self.maxlist = self.maxarray = self.maxdict = 100
+        self.maxset = self.maxfrozenset = self.maxdeque = 100
+        self.maxstring = self.maxother = MAX_REPR_CHARS
+        self.maxlong = 100
+
+    def repr_int(self, x: int, level: int) -> str:
+        try:
+            return super().repr_int(x, level)
+        except ValueError:  # more digits than int -> str converts
+            return f"<int of {x.bit_length():,} bits, too long to write in decimal>"
+
+
+_short_repr = _ShortRepr()
 
 
 def _safe_repr(value: Any) -> str:
     try:
-        return storable_text(repr(value))
-    except Exception:  # a repr that raises (or an int too long for str()) must not lose the run
-        return f"<unrepresentable {type(value).__qualname__}>"
+        text = _short_repr.repr(value)
+    except Exception:  # a repr that raises must not lose the run
+        text = f"<unrepresentable {type(value).__qualname__}>"
+    return storable_text(text, MAX_REPR_CHARS)
 
 
 def storable_result(value: Any) -> Any:
-    """Return the JSON a task's return value is recorded as (§7).
+    """Return the JSON a task's return value is recorded as (§7); never raises.
 
-    The codec's form when it can store the value; otherwise the value's
-    ``repr`` string (sets, model instances, values nested too deep). NUL
-    characters become U+FFFD, since PostgreSQL rejects them: a result that
-    cannot be written must never turn a successful run into a rerun.
+    The codec's form when it can store the value under the payload limits
+    (decision 29 in docs/decisions.md), after turning NUL characters and
+    lone surrogates in its strings into U+FFFD if it has any. Otherwise a
+    shortened ``repr`` string (at most :data:`MAX_REPR_CHARS` characters): a
+    set or a model instance, an ``int`` of more than 4,300 digits, a value
+    nested more than 31 levels deep or whose JSON is longer than
+    ``DEBOUNCE_MAX_PAYLOAD_BYTES``. A result that cannot be written must never
+    turn a successful run into a rerun.
     """
-    for candidate in (value, _scrub(value)):
-        try:
-            return codec.encode(candidate, path="result")
-        except (PayloadError, ValueError, RecursionError):
-            continue
-    return _safe_repr(value)
+    try:
+        return codec.encode(value, path="result", sized=True)
+    except (PayloadError, ValueError, RecursionError):
+        pass
+    try:
+        return codec.encode(_scrub(value), path="result", sized=True)
+    except (PayloadError, ValueError, RecursionError):
+        return _safe_repr(value)
 
 
 def _scrub(value: Any) -> Any:
-    """Return ``value`` with NUL characters in its strings replaced by U+FFFD."""
+    """Return ``value`` with NUL characters and lone surrogates in its strings made U+FFFD."""
     if isinstance(value, str):
         return storable_text(value)
     if isinstance(value, list | tuple):
@@ -116,7 +167,10 @@ def _scrub(value: Any) -> Any:
 
 
 def format_error(exc: BaseException) -> str:
-    """Return ``"dotted.ExceptionClass: message"`` (builtins without module, §11)."""
+    """Return ``"dotted.ExceptionClass: message"`` (builtins without module, §11).
+
+    Made storable (:func:`storable_text`) and cut to :data:`MAX_ERROR_CHARS`.
+    """
     cls = type(exc)
     name = (
         cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
@@ -125,7 +179,59 @@ def format_error(exc: BaseException) -> str:
         message = str(exc)
     except Exception:
         message = "<the exception's message could not be rendered>"
-    return storable_text(f"{name}: {message}")
+    return storable_text(f"{name}: {message}", MAX_ERROR_CHARS)
+
+
+def format_traceback(exc: BaseException) -> str:
+    """Return the formatted traceback of ``exc``, storable and cut to :data:`MAX_ERROR_CHARS`."""
+    try:
+        text = "".join(traceback_module.format_exception(exc))
+    except Exception:
+        text = "<the traceback could not be formatted>"
+    return storable_text(text, MAX_ERROR_CHARS)
+
+
+def _ascii(text: str) -> str:
+    """Return ``text`` with every non-ASCII character escaped (``\\xe9``): storable anywhere."""
+    return text.encode("ascii", "backslashreplace").decode("ascii")
+
+
+#: PostgreSQL SQLSTATE classes after which the same write may succeed: connection
+#: exception, transaction rollback (serialization failure, deadlock), insufficient
+#: resources, operator intervention (a server shutting down), system error.
+_PG_TRANSIENT_CLASSES = frozenset({"08", "40", "53", "57", "58"})
+#: MySQL/MariaDB error codes after which the same write may succeed: too many
+#: connections, server shutdown, lock wait timeout, deadlock, and the client's lost or
+#: refused connection (2002, 2003, 2006, 2013, 2055) or idle timeout (4031).
+_MYSQL_TRANSIENT = frozenset({1040, 1053, 1205, 1213, 2002, 2003, 2006, 2013, 2055, 4031})
+
+
+def _transient(exc: BaseException) -> bool:
+    """Return True for an error a later attempt of the same write may not meet.
+
+    A dropped or refused connection, a lock wait, a deadlock, a server
+    shutting down. Not a refusal of the data (PostgreSQL's "program limit
+    exceeded", MySQL's "incorrect string value", a trigger's error), which
+    every attempt would meet again: retrying it through a lease would leave
+    the job RUNNING until another worker ran it again. An
+    ``OperationalError`` of an unknown driver counts as transient.
+    """
+    if isinstance(exc, InterfaceError):
+        return True
+    if not isinstance(exc, OperationalError):
+        return False
+    cause = exc.__cause__
+    module = type(cause).__module__
+    sqlstate = getattr(cause, "sqlstate", None)
+    if sqlstate:  # psycopg; an error without SQLSTATE is a lost connection
+        return sqlstate[:2] in _PG_TRANSIENT_CLASSES or sqlstate == "55P03"
+    if module.startswith("MySQLdb"):
+        code = exc.args[0] if exc.args else None
+        return code in _MYSQL_TRANSIENT
+    if module == "sqlite3":
+        text = str(exc)
+        return "locked" in text or "busy" in text
+    return True
 
 
 def claimable_jobs(now: datetime, queues: Sequence[str] | None = None) -> Any:
@@ -1211,19 +1317,35 @@ class Worker:
     def _persist(self, write: Any) -> Any:
         """Run a DB write, retrying through a lost connection for up to one lease.
 
-        Only transient errors (a dropped connection, a lock wait) are retried: a
-        ``DataError`` or ``IntegrityError`` will fail again, so it is raised at once.
+        Only transient errors (:func:`_transient`: a dropped connection, a lock
+        wait) are retried: a ``DataError``, an ``IntegrityError`` or a refusal of
+        the data will fail again, so it is raised at once.
+        Inside a caller's transaction (an inline ``--burst`` in a test) the write
+        runs in a savepoint, so a refused write leaves that transaction usable
+        for the fallback write that follows.
         """
+        conn = connections[self.using]
+        if conn.in_atomic_block:
+            inner = write
+
+            def write() -> Any:
+                with transaction.atomic(using=self.using):
+                    return inner()
+
         deadline = time.monotonic() + self.lease.total_seconds()
         delay = 0.2
         while True:
             try:
                 return write()
             except (OperationalError, InterfaceError) as exc:
-                if time.monotonic() + delay > deadline or connections[self.using].in_atomic_block:
+                if (
+                    not _transient(exc)
+                    or time.monotonic() + delay > deadline
+                    or conn.in_atomic_block
+                ):
                     raise
                 logger.warning("database error recording a job outcome (%s); retrying", exc)
-                connections[self.using].close()
+                conn.close()
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
@@ -1254,7 +1376,34 @@ class Worker:
             return updated
 
     def _succeed(self, job: Job, result: Any) -> None:
+        """Record a successful run exactly once (§7, §11).
+
+        The result is stored in a safe form (:func:`storable_result`). If the
+        database still refuses that write for a reason a retry cannot fix, the
+        result's short ``repr`` is stored instead; if that is refused too, the
+        job ends FAILED with a dead letter naming the refusal. A run is never
+        repeated because its outcome could not be written.
+        """
         stored = storable_result(result)
+        try:
+            self._record_success(job, stored)
+        except Exception as exc:
+            if _transient(exc):
+                raise  # the database stayed unreachable for a whole lease: an outage
+            self._log_refused(job, "result", exc)
+            fallback = _safe_repr(result)
+            if fallback == stored:
+                self._bury_unstorable(job, "result", exc)
+                return
+            try:
+                self._record_success(job, fallback)
+            except Exception as again:
+                if _transient(again):
+                    raise
+                self._log_refused(job, "short repr of the result", again)
+                self._bury_unstorable(job, "result", again)
+
+    def _record_success(self, job: Job, stored: Any) -> None:
         now = timezone.now()
         updated = self._persist(
             lambda: self._write_outcome(
@@ -1280,11 +1429,45 @@ class Worker:
         )
         send_signal(job_finished, job=job, status=job.status)
 
+    def _log_refused(self, job: Job, what: str, exc: BaseException) -> None:
+        logger.error(
+            "job %s (%s): the database refused the %s of attempt %d (%s)",
+            job.pk,
+            job.task_name,
+            what,
+            job.attempts,
+            format_error(exc),
+            extra={"action": "outcome_refused", "job_id": job.pk},
+        )
+
     def _retry_or_bury(
         self, job: Job, min_backoff: timedelta | None, max_backoff: timedelta | None, exc: Exception
     ) -> None:
+        """Record a failed run: schedule its retry, or fail the job for good (§7).
+
+        The error and traceback are made storable and cut (:func:`format_error`,
+        :func:`format_traceback`). If the database refuses the write for a reason
+        a retry cannot fix, the job ends FAILED with a dead letter naming the
+        refusal (:meth:`_bury_unstorable`), so the run is never repeated for it.
+        """
         error = format_error(exc)
-        tb = storable_text("".join(traceback_module.format_exception(exc)))
+        tb = format_traceback(exc)
+        try:
+            self._record_failure(job, min_backoff, max_backoff, error, tb)
+        except Exception as refused:
+            if _transient(refused):
+                raise  # the database stayed unreachable for a whole lease: an outage
+            self._log_refused(job, "error", refused)
+            self._bury_unstorable(job, "error", refused, error=error)
+
+    def _record_failure(
+        self,
+        job: Job,
+        min_backoff: timedelta | None,
+        max_backoff: timedelta | None,
+        error: str,
+        tb: str,
+    ) -> None:
         now = timezone.now()
         if job.attempts <= job.max_retries:
             delay = backoff_delay(
@@ -1333,6 +1516,43 @@ class Worker:
                 metadata={"attempts": job.attempts},
             )
         )
+        if letter is None:
+            self._late(job)
+
+    def _bury_unstorable(
+        self, job: Job, what: str, refused: BaseException, *, error: str = ""
+    ) -> None:
+        """Fail ``job`` for good because the database refused its outcome (``what``).
+
+        The dead letter's reason names the refusal; the texts are written as
+        ASCII (``backslashreplace``), which every database stores. Metadata:
+        ``{"attempts": N, "unstorable": what}``. If even this write is refused,
+        the error is logged and the job is left to its lease.
+        """
+        cause = format_error(refused)
+        run = "succeeded but its result" if what == "result" else "failed and its error"
+        reason = _ascii(
+            f"failed: {job.attempts} attempt(s); the run {run} could not be stored: {cause}"
+        )
+        try:
+            letter = self._persist(
+                lambda: self._bury(
+                    job,
+                    reason=reason[:2000],
+                    error=_ascii(error or cause),
+                    tb=_ascii(format_traceback(refused)),
+                    metadata={"attempts": job.attempts, "unstorable": what},
+                )
+            )
+        except Exception:
+            logger.exception(
+                "job %s (%s): the database refused its dead letter too; the job is left to "
+                "its lease",
+                job.pk,
+                job.task_name,
+                extra={"action": "outcome_refused", "job_id": job.pk},
+            )
+            return
         if letter is None:
             self._late(job)
 
