@@ -1,9 +1,10 @@
 """The one reader of ``django.conf.settings`` for ``DEBOUNCE_*`` names.
 
 Every setting is read lazily on attribute access, so ``override_settings``
-works in tests. ``DEBOUNCE_MAX_PAYLOAD_BYTES``, read on every enqueue, is kept
-after its first read and forgotten when Django's ``setting_changed`` signal
-names it (``override_settings`` sends it). Validation lives in :mod:`django_debounce.checks`.
+works in tests. The few read on every enqueue (``USE_TZ``,
+``DEBOUNCE_MAX_PAYLOAD_BYTES``) are kept after their first read and forgotten
+when Django's ``setting_changed`` signal names them (``override_settings``
+sends it). Validation lives in :mod:`django_debounce.checks`.
 """
 
 from __future__ import annotations
@@ -162,7 +163,7 @@ _cache: dict[str, Any] = {}
 
 
 def _forget(*, setting: str, **kwargs: Any) -> None:
-    if setting.startswith("DEBOUNCE_"):
+    if setting == "USE_TZ" or setting.startswith("DEBOUNCE_"):
         _cache.clear()
 
 
@@ -246,6 +247,19 @@ class Settings:
             value = _cache["MAX_PAYLOAD_BYTES"] = parse_max_payload_bytes(
                 self._get("MAX_PAYLOAD_BYTES")
             )
+        return value
+
+    @property
+    def use_tz(self) -> bool:
+        """Django's ``USE_TZ``: the package needs it True (check E011; §4.7).
+
+        Kept after the first read (reset by ``setting_changed``), so the check
+        every enqueue makes costs a dict lookup.
+        """
+        try:
+            value: bool = _cache["USE_TZ"]
+        except KeyError:
+            value = _cache["USE_TZ"] = bool(django_settings.USE_TZ)
         return value
 
     @property

@@ -126,7 +126,19 @@ def enqueue_call(
     kwargs: Mapping[str, Any],
     options: Mapping[str, Any],
 ) -> Job:
-    """Plan and write one call (the shared path of ``delay``, ``apply_async``, ``enqueue``)."""
+    """Plan and write one call (the shared path of ``delay``, ``apply_async``, ``enqueue``).
+
+    Raises:
+        ConfigurationError: ``USE_TZ = False`` (check E011): ``timezone.now()``
+            would be a naive local time, and every deadline stored with it
+            would move with the clocks (§4.7). Also see ``apply_async``.
+    """
+    if not settings.use_tz:
+        raise ConfigurationError(
+            f"enqueue of {task_name!r} refused: django_debounce needs USE_TZ = True (system "
+            "check django_debounce.E011). With USE_TZ = False deadlines would be stored as "
+            "naive local times, which the worker refuses to run against; set USE_TZ = True."
+        )
     now = timezone.now()
     plan = plan_call(task, task_name, args, kwargs, options, now)
     job = write(plan, now)

@@ -13,7 +13,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test import override_settings
 
-from django_debounce import codec, debounced_task, task
+from django_debounce import codec, debounced_task, enqueue, task
 from django_debounce.checks import check_use_tz
 from django_debounce.exceptions import (
     ConfigurationError,
@@ -155,6 +155,22 @@ def test_use_tz_false_is_an_error():
     with override_settings(USE_TZ=False):
         assert [m.id for m in check_use_tz()] == ["django_debounce.E011"]
     assert check_use_tz() == []
+
+
+def test_enqueue_refuses_use_tz_false_as_the_worker_does():
+    @task(name="hardening.tz")
+    def tz():
+        pass
+
+    tz.delay()  # USE_TZ = True: read once and kept
+    with override_settings(USE_TZ=False):
+        with pytest.raises(ConfigurationError, match=r"needs USE_TZ = True \(system check"):
+            tz.delay()
+        with pytest.raises(ConfigurationError, match="django_debounce.E011"):
+            enqueue("hardening.tz")
+    assert Job.objects.count() == 1  # nothing written with naive local times
+    tz.delay()  # setting_changed forgot the kept value: True again
+    assert Job.objects.count() == 2
 
 
 def test_unstorable_result_is_recorded_once_not_rerun(burst):
