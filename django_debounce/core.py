@@ -464,6 +464,16 @@ def write(plan: Plan, now: datetime, using: str | None = None) -> Job:
         except (IntegrityError, OperationalError) as exc:
             if not is_contention(exc):
                 raise
+            if isinstance(exc, IntegrityError) and _snapshot_is_fixed(db):
+                # The winner committed after this transaction's snapshot: no retry inside
+                # the transaction can ever see its row, so each would lose again.
+                raise EnqueueContentionError(
+                    f"enqueue of {plan.task_name!r} lost a race to a job another transaction "
+                    "committed after this transaction began, and this transaction runs at "
+                    "REPEATABLE READ or SERIALIZABLE, so it can never see that job; nothing "
+                    "was written by this call. Roll the transaction back and retry it, or "
+                    "enqueue at READ COMMITTED (the isolation level the package documents)."
+                ) from exc
             if isinstance(exc, OperationalError) and transaction.get_connection(db).in_atomic_block:
                 # A deadlock or lock timeout inside the caller's transaction: the caller
                 # still holds its locks, so retrying in a savepoint would only wait again.
@@ -486,6 +496,25 @@ def write(plan: Plan, now: datetime, using: str | None = None) -> Job:
         f"enqueue of {plan.task_name!r} gave up after {budget} attempts under lock contention; "
         "nothing was written. Retry the call, or raise DEBOUNCE_ENQUEUE_RETRIES."
     ) from last
+
+
+def _snapshot_is_fixed(db: str) -> bool:
+    """Return True inside a PostgreSQL transaction whose snapshot does not move.
+
+    At REPEATABLE READ or SERIALIZABLE a transaction sees the rows committed
+    before its first statement and no others; its locking reads too, so a row
+    that won a race after that can never be found and slid or coalesced.
+    Asked only after a lost race inside an atomic block (one ``SHOW``), never
+    on the path of a call that wins. On MySQL/MariaDB a locking read sees the
+    latest committed row at any level; SQLite serialises writers.
+    """
+    conn = transaction.get_connection(db)
+    if conn.vendor != "postgresql" or not conn.in_atomic_block:
+        return False
+    with conn.cursor() as cursor:
+        cursor.execute("SHOW transaction_isolation")
+        row = cursor.fetchone()
+    return row is not None and row[0] in ("repeatable read", "serializable")
 
 
 #: SQLSTATEs of lock contention on PostgreSQL: serialization failure, deadlock, lock timeout.
