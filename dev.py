@@ -5,6 +5,7 @@
     python3 dev.py test                 # run the tests on SQLite
     python3 dev.py test -- -k b01       # pass arguments through to pytest
     python3 dev.py test --db postgres -m "not slow"
+    python3 dev.py test --db mariadb    # MariaDB/MySQL (installs mysqlclient into the venv)
     python3 dev.py test --python python3.12 --django "Django>=6.1,<6.2"
     python3 dev.py lint                 # ruff, ruff format --check, mypy, makemigrations --check
     python3 dev.py bench claim -- --jobs 5000   # a benchmark of bench/ (PostgreSQL; bench/README.md)
@@ -35,12 +36,18 @@ ROOT = Path(__file__).resolve().parent
 MIN_PYTHON = (3, 11)
 #: ``pip install --group`` (PEP 735) arrived in pip 25.1.
 MIN_PIP = "pip>=25.1"
-DEFAULT_POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/test"
+#: ``--db`` name -> (default DATABASE_URL, URL schemes that choose that database).
+DATABASE_URLS = {
+    "postgres": ("postgres://postgres@127.0.0.1:5432/test", ("postgres", "postgresql", "pgsql")),
+    "mariadb": ("mysql://root@127.0.0.1:3306/test", ("mysql", "mariadb")),
+}
 STAMP = ".dev-py-stamp.json"
 BIN = "Scripts" if os.name == "nt" else "bin"
 
 #: Dependency groups (pyproject.toml [dependency-groups]) each command needs.
 GROUPS = {"demo": ["demo"], "test": ["test"], "lint": ["lint"], "bench": ["test", "bench"]}
+#: Extra dependency groups a ``--db`` needs (its driver).
+DB_GROUPS = {"mariadb": ["mysql"]}
 
 
 def say(message: str) -> None:
@@ -186,12 +193,18 @@ def cmd_demo(opts: argparse.Namespace, extra: list[str]) -> int:
 
 
 def cmd_test(opts: argparse.Namespace, extra: list[str]) -> int:
-    """Run pytest (SQLite unless ``--db postgres``); extra arguments go to pytest."""
-    python = str(ensure_venv(opts, GROUPS["test"]))
+    """Run pytest (SQLite unless ``--db postgres|mariadb``); extra arguments go to pytest.
+
+    With ``--db``, ``DATABASE_URL`` is used when it names that kind of database
+    (its scheme), else the default of :data:`DATABASE_URLS`.
+    """
+    python = str(ensure_venv(opts, GROUPS["test"] + DB_GROUPS.get(opts.db, [])))
     (ROOT / ".artifacts").mkdir(exist_ok=True)
     env = dict(os.environ)
-    if opts.db == "postgres":
-        env.setdefault("DATABASE_URL", DEFAULT_POSTGRES_URL)
+    if opts.db in DATABASE_URLS:
+        default, schemes = DATABASE_URLS[opts.db]
+        if env.get("DATABASE_URL", "").partition("://")[0] not in schemes:
+            env["DATABASE_URL"] = default
     else:
         env.pop("DATABASE_URL", None)
     cmd = [python, "-m", "pytest"]
@@ -277,9 +290,11 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     )
     parser.add_argument(
         "--db",
-        choices=["sqlite", "postgres"],
+        choices=["sqlite", *DATABASE_URLS],
         default="sqlite",
-        help=f"test database (postgres: DATABASE_URL, default {DEFAULT_POSTGRES_URL})",
+        help="test database (postgres, mariadb: DATABASE_URL if it names one, else "
+        + ", ".join(url for url, _ in DATABASE_URLS.values())
+        + ")",
     )
     parser.add_argument("-m", dest="markers", help='pytest marker expression, e.g. "not slow"')
     opts, unknown = parser.parse_known_args(argv)

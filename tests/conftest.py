@@ -1,10 +1,14 @@
 """Shared fixtures.
 
 Service-backed tests: a test marked ``postgres`` runs only when the default
-database is PostgreSQL (``DATABASE_URL=postgres://…``). Locally it is skipped;
-with ``DEBOUNCE_REQUIRE_SERVICES=1`` (set by ``.ci/run``) every skip of such a
-test is a failure, so a green CI means the real database was exercised. CI
-deselects ``-m "not postgres"`` in its SQLite cells instead of skipping.
+database is PostgreSQL (``DATABASE_URL=postgres://…``); one marked
+``row_locks`` (races between workers or producers, ``SKIP LOCKED``, a lock held
+by another connection) runs on PostgreSQL and on MariaDB/MySQL
+(``DATABASE_URL=mysql://…``). Elsewhere such a test is skipped; with
+``DEBOUNCE_REQUIRE_SERVICES=1`` (set by ``.ci/run``) every skip of such a test
+is a failure, so a green CI means the real database was exercised. CI
+deselects by marker instead of skipping: ``not postgres and not row_locks`` in
+its SQLite cells, ``not postgres`` in its MariaDB cell.
 """
 
 from __future__ import annotations
@@ -40,9 +44,20 @@ def is_postgres() -> bool:
     return connection.vendor == "postgresql"
 
 
+def has_row_locks() -> bool:
+    """True on PostgreSQL and MariaDB/MySQL: row locks, ``SKIP LOCKED``, concurrent writers."""
+    return connection.vendor in ("postgresql", "mysql")
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("postgres"):
         require_service(is_postgres(), "needs PostgreSQL: run python3 dev.py test --db postgres")
+    if item.get_closest_marker("row_locks"):
+        require_service(
+            has_row_locks(),
+            "needs a database server with row locks: run python3 dev.py test --db postgres "
+            "(or --db mariadb)",
+        )
 
 
 @pytest.fixture
@@ -77,6 +92,7 @@ def child_env(**extra: str) -> dict[str, str]:
     Call it inside a test: the database NAME is then the test database's.
     """
     from pathlib import Path
+    from urllib.parse import quote
 
     from django.conf import settings
 
@@ -90,6 +106,14 @@ def child_env(**extra: str) -> dict[str, str]:
         port = db.get("PORT") or 5432
         user = db.get("USER") or "postgres"
         env["DATABASE_URL"] = f"postgres://{user}@{host}:{port}/{connection.settings_dict['NAME']}"
+    elif connection.vendor == "mysql":
+        host = db.get("HOST") or "127.0.0.1"
+        port = db.get("PORT") or 3306
+        user = db.get("USER") or "root"
+        password = f":{quote(db['PASSWORD'], safe='')}" if db.get("PASSWORD") else ""
+        env["DATABASE_URL"] = (
+            f"mysql://{user}{password}@{host}:{port}/{connection.settings_dict['NAME']}"
+        )
     else:
         env.pop("DATABASE_URL", None)
         env["DEBOUNCE_TEST_SQLITE"] = str(connection.settings_dict["NAME"])

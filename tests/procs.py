@@ -254,6 +254,22 @@ def pg_terminate(name: str) -> list[int]:
         return [int(pid) for pid, terminated in cursor.fetchall() if terminated]
 
 
+def mysql_open_transactions() -> int:
+    """Return how many other connections to the test database are inside a transaction
+    (MariaDB/MySQL: InnoDB's open transactions, this connection's left out)."""
+    from django.db import connection
+
+    # MariaDB refreshes innodb_trx only when it was not read for 0.1 s: never read it stale.
+    time.sleep(0.15)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM information_schema.innodb_trx AS trx "
+            "JOIN information_schema.processlist AS p ON p.id = trx.trx_mysql_thread_id "
+            "WHERE p.db = DATABASE() AND p.id <> CONNECTION_ID()"
+        )
+        return int(cursor.fetchone()[0])
+
+
 def freeze_outside_transaction(proc: Proc, *, pg_app_name: str | None, tries: int = 100) -> None:
     """SIGSTOP ``proc`` at a moment it holds no database lock or open transaction.
 
@@ -268,6 +284,8 @@ def freeze_outside_transaction(proc: Proc, *, pg_app_name: str | None, tries: in
         time.sleep(0.05)
         if pg_app_name is not None:
             quiet = all(state == "idle" for _, state in pg_backends(pg_app_name))
+        elif connection.vendor == "mysql":
+            quiet = mysql_open_transactions() == 0
         else:
             probe = sqlite3.connect(str(connection.settings_dict["NAME"]), timeout=0.2)
             try:

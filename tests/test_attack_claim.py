@@ -10,11 +10,11 @@ and the inline lease keeper lose, double-run or leak something.
 - Results of every JSON shape stored by the compiled success write are the
   bytes the ORM's ``update(result=…)`` stores.
 - Eight threads claiming on a cold cache that is cleared every few entries
-  (``MAX_ENTRIES`` lowered) claim each job once.
+  (``MAX_ENTRIES`` lowered) claim each job once (PostgreSQL, MariaDB).
 - PostgreSQL: the loop's connection terminated while jobs run, and retired by
-  ``CONN_MAX_AGE`` while busy, loses and repeats nothing; the inline lease
-  keeper renews a job longer than its lease, ends with every run, and a
-  SIGTERM in an inline burst lets the running job finish.
+  ``CONN_MAX_AGE`` while busy, loses and repeats nothing. PostgreSQL and
+  MariaDB: the inline lease keeper renews a job longer than its lease, ends
+  with every run, and a SIGTERM in an inline burst lets the running job finish.
 
 Found broken and fixed: a server idle timeout killed the loop's kept connection
 while busy (an ERROR and a 1 s stall per claim, even with ``CONN_HEALTH_CHECKS``;
@@ -298,10 +298,10 @@ def test_the_cache_starting_over_mid_run_keeps_claims_right(clock, monkeypatch):
     assert set(Job.objects.values_list("status", "attempts")) == {(Status.RUNNING, 1)}
 
 
-# -- threads and connections (PostgreSQL) ----------------------------------------------------
+# -- threads and connections (row locks; the connection kills are PostgreSQL-only) ---------
 
 
-@pytest.mark.postgres
+@pytest.mark.row_locks
 @pytest.mark.django_db(transaction=True)
 def test_eight_threads_claiming_on_a_cold_cache_that_keeps_clearing(monkeypatch):
     """Eight claimers compile at once, through cache clears, and claim each job once."""
@@ -499,7 +499,7 @@ def test_inline_run_leaves_no_lease_keeper_behind_however_it_ends():
     assert _runs_per_tag("inline-") == dict.fromkeys(tags, 1)
 
 
-@pytest.mark.postgres
+@pytest.mark.row_locks
 @pytest.mark.django_db(transaction=True)
 def test_inline_job_longer_than_its_lease_is_never_taken_by_another_worker():
     """Lease 1.5 s, a job of 4 s runs inline while a threaded worker polls the same queue
@@ -527,7 +527,7 @@ def test_inline_job_longer_than_its_lease_is_never_taken_by_another_worker():
     assert not _keepers()
 
 
-@pytest.mark.postgres
+@pytest.mark.row_locks
 @pytest.mark.django_db(transaction=True)
 def test_sigterm_during_an_inline_burst_finishes_the_running_job_only(tmp_path):
     """``--burst`` at concurrency 1 (one lease keeper) gets SIGTERM mid-job: the job

@@ -4,7 +4,7 @@ Producers are separate Python processes (``python -m tests.procs produce``)
 released together by a barrier file, as in ``test_races.py``; workers are
 ``python -m django run_debounce_worker`` subprocesses. Nothing is mocked:
 the unique ``unique_lock``/``window_key`` columns and the row locks of
-PostgreSQL at READ COMMITTED decide every race.
+PostgreSQL or MariaDB at READ COMMITTED decide every race.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from tests.procs import processes, wait_for
 from tests.testapp.models import CallLog
 from tests.testapp.tasks_coalesce import ID_STRIDE
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.row_locks, pytest.mark.django_db(transaction=True)]
 
 PRODUCERS = 8
 

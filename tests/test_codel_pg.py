@@ -1,4 +1,4 @@
-"""CoDel's state is one row per queue, shared by every worker of the queue (§6), on PostgreSQL.
+"""CoDel's state is one row per queue, shared by every worker of the queue (§6), on PostgreSQL and MariaDB.
 
 Two real worker processes (``run_debounce_worker``, 2 threads each) drain one
 backlog of a CoDel queue. Both read and advance the same
@@ -26,7 +26,7 @@ from tests.procs import processes, wait_for
 from tests.testapp.models import CallLog
 from tests.testapp.tasks_codel import slow_drop
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.row_locks, pytest.mark.django_db(transaction=True)]
 
 INTERVAL = 0.5
 QUEUES = {"codelpg": {"codel": {"target": "100ms", "interval": f"{INTERVAL}s"}}}

@@ -220,7 +220,7 @@ def test_chain_with_failing_head_in_a_real_worker(tmp_path):
     assert ran() == [] and ran("dep.fail") == ["A"]
 
 
-@pytest.mark.postgres
+@pytest.mark.row_locks
 @pytest.mark.django_db(transaction=True)
 def test_chains_across_two_worker_processes_postgres(tmp_path):
     """20 chains A→B→C drained by 2 workers × 3 threads: odd heads fail, even chains run in order."""
@@ -249,7 +249,7 @@ def test_chains_across_two_worker_processes_postgres(tmp_path):
     assert DeadLetter.objects.count() == 10
 
 
-@pytest.mark.postgres
+@pytest.mark.row_locks
 @pytest.mark.django_db(transaction=True)
 def test_dependents_enqueued_while_the_dependency_fails_are_never_orphaned_postgres():
     """Enqueues racing the dependency's failure: every dependent ends CANCELLED, none waits forever."""

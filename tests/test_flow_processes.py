@@ -1,4 +1,4 @@
-"""Flow control across real worker processes on PostgreSQL (§6, §7).
+"""Flow control across real worker processes on a server database: PostgreSQL or MariaDB (§6, §7).
 
 Two ``run_debounce_worker`` subprocesses with four threads each share one
 token bucket, one concurrency count and one circuit breaker through the
@@ -22,7 +22,7 @@ from tests.procs import processes, wait_for
 from tests.testapp import tasks_flow
 from tests.testapp.models import CallLog
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.row_locks, pytest.mark.django_db(transaction=True)]
 
 WORKER = ("--concurrency", "4", "--poll-interval", "0.05")
 

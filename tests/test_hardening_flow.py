@@ -5,11 +5,12 @@ Each test here failed before the fix it names (see the report of helper F).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+from collections.abc import Iterator
 
-import psycopg
 import pytest
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connections
 
 from django_debounce import CircuitBreaker, enqueue, registry, task
 from django_debounce.durations import MAX_DURATION, parse_duration
@@ -104,15 +105,22 @@ def test_the_sixtieth_failed_run_of_a_task_with_many_retries_is_retried_within_m
 # -- a claimer stalled inside its claim (SIGSTOP) holds a TaskState lock (defect 3) ------
 
 
-def _pg_dsn() -> str:
-    db = connection.settings_dict
-    return (
-        f"host={db.get('HOST') or '127.0.0.1'} port={db.get('PORT') or 5432} "
-        f"user={db.get('USER') or 'postgres'} dbname={db['NAME']}"
-    )
+@contextlib.contextmanager
+def _stalled_claimer(sql: str) -> Iterator[None]:
+    """Hold the row lock ``sql`` (``SELECT … FOR UPDATE``) takes, in an open transaction
+    of another connection to the test database, until the block ends."""
+    stalled = connections.create_connection(DEFAULT_DB_ALIAS)
+    try:
+        stalled.set_autocommit(False)
+        with stalled.cursor() as cursor:
+            cursor.execute(sql)
+        yield
+        stalled.rollback()
+    finally:
+        stalled.close()
 
 
-@pytest.mark.postgres
+@pytest.mark.row_locks
 @pytest.mark.django_db(transaction=True)
 def test_a_claimer_stalled_holding_a_task_state_lock_does_not_stall_other_workers(tmp_path):
     """Another claimer holds hf.gated's TaskState row lock and never commits (SIGSTOPped).
@@ -123,10 +131,9 @@ def test_a_claimer_stalled_holding_a_task_state_lock_does_not_stall_other_worker
     TaskState.objects.create(task_name="hf.gated")
     gated = JobFactory(task_name="hf.gated", args=["g"], run_at=T)
     plain = JobFactory(task_name="hf.plain", args=["p"], run_at=T)
-    with psycopg.connect(_pg_dsn()) as stalled:
-        stalled.execute(
-            "SELECT 1 FROM django_debounce_taskstate WHERE task_name = 'hf.gated' FOR UPDATE"
-        )
+    with _stalled_claimer(
+        "SELECT 1 FROM django_debounce_taskstate WHERE task_name = 'hf.gated' FOR UPDATE"
+    ):
         with processes(tmp_path, child_env(DEBOUNCE_HF_GATED="1")) as procs:
             worker = procs.worker("--burst", "--poll-interval", "0.05")
             try:
@@ -136,13 +143,12 @@ def test_a_claimer_stalled_holding_a_task_state_lock_does_not_stall_other_worker
                     f"the burst worker hung behind the lock\n{worker.tail()}"
                 ) from exc
             assert code == 0, worker.tail()
-        stalled.rollback()
     assert Job.objects.get(pk=plain.pk).status == Status.SUCCESSFUL
     assert Job.objects.get(pk=gated.pk).status == Status.READY
     assert list(CallLog.objects.values_list("task", flat=True)) == ["hf.plain"]
 
 
-@pytest.mark.postgres
+@pytest.mark.row_locks
 @pytest.mark.django_db(transaction=True)
 def test_a_claimer_stalled_holding_a_codel_queue_lock_does_not_stall_other_workers(tmp_path):
     """The same with a CoDel queue's QueueState row: the other queue's job still runs."""
@@ -152,8 +158,9 @@ def test_a_claimer_stalled_holding_a_codel_queue_lock_does_not_stall_other_worke
     held = JobFactory(task_name="hf.plain", args=["q"], queue="hfq", run_at=T)
     free = JobFactory(task_name="hf.plain", args=["d"], run_at=T)
     queues = '{"hfq": {"codel": {"target": "500ms", "interval": "5s"}}}'
-    with psycopg.connect(_pg_dsn()) as stalled:
-        stalled.execute("SELECT 1 FROM django_debounce_queuestate WHERE queue = 'hfq' FOR UPDATE")
+    with _stalled_claimer(
+        "SELECT 1 FROM django_debounce_queuestate WHERE queue = 'hfq' FOR UPDATE"
+    ):
         with processes(tmp_path, child_env(DEBOUNCE_TEST_QUEUES=queues)) as procs:
             worker = procs.worker("--burst", "--poll-interval", "0.05")
             try:
@@ -163,7 +170,6 @@ def test_a_claimer_stalled_holding_a_codel_queue_lock_does_not_stall_other_worke
                     f"the burst worker hung behind the lock\n{worker.tail()}"
                 ) from exc
             assert code == 0, worker.tail()
-        stalled.rollback()
     assert Job.objects.get(pk=free.pk).status == Status.SUCCESSFUL
     assert Job.objects.get(pk=held.pk).status == Status.READY
     assert list(CallLog.objects.values_list("key", flat=True)) == ["d"]
@@ -262,10 +268,10 @@ def test_known_settings_raise_no_w003(settings):
     assert [m for m in run_checks() if m.id == "django_debounce.W003"] == []
 
 
-# -- producers racing on a stale (expired) open window on PostgreSQL ----------------------
+# -- producers racing on a stale (expired) open window (PostgreSQL, MariaDB) ------------
 
 
-@pytest.mark.postgres
+@pytest.mark.row_locks
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("task_name", ["dep.window", "hf.window_merge"])
 def test_producers_racing_on_an_expired_open_window_open_exactly_one_new_window(task_name):
@@ -325,7 +331,7 @@ def test_producers_racing_on_an_expired_open_window_open_exactly_one_new_window(
     assert window.enqueue_count == producers
 
 
-# -- worker processes killed under a concurrency cap and during a breaker probe (PostgreSQL) --
+# -- worker processes killed under a concurrency cap and during a breaker probe (row locks) --
 
 
 def _most_overlapping(intervals: list[tuple[dt.datetime, dt.datetime]]) -> int:
@@ -341,7 +347,7 @@ def _gated_env() -> dict[str, str]:
     return child_env(DEBOUNCE_HF_GATED="1", DEBOUNCE_TEST_LEASE="3s")
 
 
-@pytest.mark.postgres
+@pytest.mark.row_locks
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_killed_under_a_concurrency_cap_loses_no_job_and_never_breaks_the_cap(tmp_path):
     import os
@@ -387,7 +393,7 @@ def test_a_worker_killed_under_a_concurrency_cap_loses_no_job_and_never_breaks_t
     assert {pk for pk, n in runs.items() if n == 2} == {log.job_id for log in unfinished}
 
 
-@pytest.mark.postgres
+@pytest.mark.row_locks
 @pytest.mark.django_db(transaction=True)
 def test_a_killed_probe_holds_the_breaker_until_its_lease_lapses_then_a_new_probe_runs(tmp_path):
     import os

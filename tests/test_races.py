@@ -22,7 +22,7 @@ from tests.conftest import child_env
 from tests.procs import processes, wait_for
 from tests.testapp.models import CallLog
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.row_locks, pytest.mark.django_db(transaction=True)]
 
 PRODUCERS = 8
 CALLS = 300

@@ -189,7 +189,7 @@ def test_a_retry_that_raises_is_counted_and_the_rest_go_on(clock, settings):
     assert broken.retried_at is None and fine.retried_at == T
 
 
-@pytest.mark.postgres
+@pytest.mark.row_locks
 @pytest.mark.django_db(transaction=True)
 def test_two_concurrent_sweeps_retry_each_entry_once(clock):
     letters = [old_letter(job__args=[f"e{i}"]) for i in range(40)]

@@ -23,7 +23,7 @@ from tests.procs import WorkerThread, in_thread, wait_for
 from tests.testapp.models import CallLog, Order
 from tests.testapp.tasks_reliability import process_order, slide, welcome, work
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.row_locks, pytest.mark.django_db(transaction=True)]
 
 
 def _burst_elsewhere() -> int:

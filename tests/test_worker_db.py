@@ -234,10 +234,17 @@ def test_async_tasks_run_on_worker_threads(clock):
 # -- B31: no SKIP LOCKED --------------------------------------------------------------------
 
 
+def no_skip_locked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make every connection report no ``SKIP LOCKED``: new ones (threads) through the features
+    class, this thread's through its instance (MariaDB's backend caches the feature there)."""
+    monkeypatch.setattr(type(connection.features), "has_select_for_update_skip_locked", False)
+    monkeypatch.setattr(connection.features, "has_select_for_update_skip_locked", False)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_b31_worker_without_skip_locked(monkeypatch):
     """Decision: without SKIP LOCKED the claim uses plain ``SELECT … FOR UPDATE``."""
-    monkeypatch.setattr(type(connection.features), "has_select_for_update_skip_locked", False)
+    no_skip_locked(monkeypatch)
     jobs = [record_tag.delay(f"b31-{i}") for i in range(5)]
 
     with CaptureQueriesContext(connection) as ctx:
@@ -303,7 +310,7 @@ def drain_with_two_workers(count: int) -> list[tuple[str, int]]:
     return starts
 
 
-@pytest.mark.postgres
+@pytest.mark.row_locks
 @pytest.mark.django_db(transaction=True)
 def test_b31_two_workers_with_skip_locked_run_each_job_once(clock):
     assert connection.features.has_select_for_update_skip_locked
@@ -316,10 +323,10 @@ def test_b31_two_workers_with_skip_locked_run_each_job_once(clock):
     assert Job.objects.filter(status=Job.Status.SUCCESSFUL, attempts=1).count() == 50
 
 
-@pytest.mark.postgres
+@pytest.mark.row_locks
 @pytest.mark.django_db(transaction=True)
 def test_b31_two_workers_without_skip_locked_run_each_job_once(clock, monkeypatch):
-    monkeypatch.setattr(type(connection.features), "has_select_for_update_skip_locked", False)
+    no_skip_locked(monkeypatch)
     starts = drain_with_two_workers(20)
     # A worker blocked behind the other's claim may find nothing left and exit early (it
     # never waits); whatever it leaves, a last burst runs. No job runs twice.
