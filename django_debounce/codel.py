@@ -248,8 +248,16 @@ def _lock_states(queues: list[str], using: str) -> dict[str, QueueState]:
     }
     missing = [queue for queue in queues if queue not in rows]
     if missing:
+        # Insert only rows that do not exist: a skipped (locked) row is not missing, and
+        # MariaDB's INSERT IGNORE waits for the lock on the row it would duplicate.
+        existing = set(
+            QueueState.objects.using(using)
+            .filter(queue__in=missing)
+            .values_list("queue", flat=True)
+        )
         QueueState.objects.using(using).bulk_create(
-            [QueueState(queue=queue) for queue in missing], ignore_conflicts=True
+            [QueueState(queue=queue) for queue in missing if queue not in existing],
+            ignore_conflicts=True,
         )
         rows.update(
             (row.queue, row)
