@@ -12,7 +12,8 @@ from typing import Any
 
 from django.contrib import admin
 from django.core.paginator import Paginator
-from django.db.models import Q, QuerySet
+from django.db import connections
+from django.db.models import CharField, Func, Q, QuerySet, Value
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils import timezone
@@ -275,6 +276,28 @@ def _as_id(term: str) -> int | None:
     return None
 
 
+def _exactly(queryset: QuerySet[Any], field: str, term: str) -> Q:
+    """Return a filter for ``field`` equal to ``term`` character for character, case included.
+
+    PostgreSQL and SQLite compare text exactly. MariaDB/MySQL compare under the
+    column's collation (by default case- and accent-insensitive:
+    ``utf8mb4_general_ci`` says ``"A" = "a"``); there the plain comparison
+    still seeks the column's index and finds the few values the collation
+    calls equal, and a comparison with ``CAST(term AS BINARY)`` keeps the
+    exact ones (a binary comparison, whatever the column's character set). A
+    binary collation on the column would need a migration naming a
+    MariaDB-only collation and would change every other comparison of the
+    column; see docs/howto/databases.md.
+    """
+    match = Q(**{field: term})
+    if connections[queryset.db].vendor == "mysql":
+        binary = Func(
+            Value(term), template="CAST(%(expressions)s AS BINARY)", output_field=CharField()
+        )
+        match &= Q(**{field: binary})
+    return match
+
+
 def exact_job_search(queryset: QuerySet[Any], search_term: str) -> QuerySet[Any]:
     """Filter jobs whose id, debounce key or task name equals ``search_term`` (stripped).
 
@@ -286,12 +309,14 @@ def exact_job_search(queryset: QuerySet[Any], search_term: str) -> QuerySet[Any]
     ``key_hash`` index; ``debounce_key`` itself is unindexed TEXT of up to
     4096 characters). So a key is found only for jobs of tasks registered in
     this process. The whole term is one value: keys may contain spaces.
+    Task names compare case-sensitively on every database (:func:`_exactly`);
+    keys do through their hash.
     """
     term = search_term.strip()
     if not term:
         return queryset
     hashes = [keys.window_hash(name, term) for name in sorted(registry.all_tasks())]
-    match = Q(task_name=term) | Q(key_hash__in=hashes)
+    match = _exactly(queryset, "task_name", term) | Q(key_hash__in=hashes)
     pk = _as_id(term)
     if pk is not None:
         match |= Q(pk=pk)
@@ -302,12 +327,13 @@ def exact_dead_letter_search(queryset: QuerySet[Any], search_term: str) -> Query
     """Filter dead letters whose id, original job id or task name equals ``search_term``.
 
     Index seeks only (issue #4): the primary key, the ``job`` foreign key and
-    the ``task_name`` index; the whole stripped term is one value.
+    the ``task_name`` index; the whole stripped term is one value, a task
+    name compared case-sensitively on every database (:func:`_exactly`).
     """
     term = search_term.strip()
     if not term:
         return queryset
-    match = Q(task_name=term)
+    match = _exactly(queryset, "task_name", term)
     pk = _as_id(term)
     if pk is not None:
         match |= Q(pk=pk) | Q(job_id=pk)
