@@ -125,10 +125,23 @@ def test_e014_accepts_byte_counts_from_1024(settings, value):
 # databases are configured correctly and ``override_settings(DATABASES=...)`` does not
 # rebuild ``django.db.connections`` (Django warns against it), so each test builds its own
 # real ``ConnectionHandler`` from a DATABASES dict and points the check module at it.
-# W001 uses real SQLite wrappers. For W002 the MySQL backend cannot be loaded here (no
-# mysqlclient driver is installed, and CI has no MySQL cell), so a SQLite wrapper is
-# given ``vendor = "mysql"``: the check's inputs are exactly (vendor, OPTIONS), and those
-# are what the test controls.
+# W001 uses real SQLite wrappers. For W002 the MySQL backend cannot be loaded in every
+# cell (only the MariaDB cell installs mysqlclient), so a SQLite wrapper is given
+# ``vendor = "mysql"``: the check's inputs are exactly (vendor, OPTIONS), and those are
+# what the test controls. The real test database of each cell must pass both checks.
+
+
+@pytest.mark.django_db
+def test_the_test_database_passes_the_database_checks():
+    """SQLite IMMEDIATE; on MariaDB the server really runs the session at READ COMMITTED."""
+    from django.db import connection
+
+    assert checks.check_database_settings() == []
+    if connection.vendor == "mysql":
+        name = "tx_isolation" if connection.mysql_is_mariadb else "transaction_isolation"
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT @@SESSION.{name}, @@character_set_connection")
+            assert cursor.fetchone() == ("READ-COMMITTED", "utf8mb4")
 
 
 @pytest.fixture
