@@ -519,14 +519,18 @@ def _snapshot_is_fixed(db: str) -> bool:
 
 #: SQLSTATEs of lock contention on PostgreSQL: serialization failure, deadlock, lock timeout.
 _CONTENTION_SQLSTATES = frozenset({"40001", "40P01", "55P03"})
+#: MySQL/MariaDB error codes of lock contention: lock wait timeout (1205), deadlock (1213).
+_CONTENTION_MYSQL_CODES = frozenset({1205, 1213})
 
 
 def is_contention(exc: Exception) -> bool:
     """Return True when ``exc`` means "lost a race or waited on a lock" (§4.4), so a retry can help.
 
     A unique violation on the open-window or unique-lock column (a racing
-    producer inserted first), SQLite's "database is locked", and PostgreSQL's
-    serialization failures, deadlocks and lock timeouts. Anything else (a
+    producer inserted first), SQLite's "database is locked", PostgreSQL's
+    serialization failures, deadlocks and lock timeouts, and MySQL/MariaDB's
+    lock wait timeouts (1205) and deadlocks (1213), by their error codes (the
+    server may word its messages in another language). Anything else (a
     missing table, a failed check constraint) is a real error and is raised.
     """
     cause = exc.__cause__
@@ -534,6 +538,9 @@ def is_contention(exc: Exception) -> bool:
     text = str(exc)
     if isinstance(exc, IntegrityError):
         return "window_key" in text or "unique_lock" in text
+    code = exc.args[0] if exc.args else None
+    if isinstance(code, int) and not isinstance(code, bool):  # MySQL/MariaDB: (code, message)
+        return code in _CONTENTION_MYSQL_CODES
     if sqlstate is not None:
         return sqlstate in _CONTENTION_SQLSTATES
     return "locked" in text or "busy" in text or "deadlock" in text.lower()

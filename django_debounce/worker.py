@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import os
 import queue as queue_module
+import random
 import re
 import reprlib
 import signal
@@ -60,6 +61,7 @@ from . import admission, codec, compiled, registry
 from .codel import apply_codel
 from .conf import settings
 from .context import JobContext
+from .core import is_contention
 from .dependencies import cancel_dependents
 from .exceptions import PayloadError, UnknownTaskError
 from .models import DeadLetter, Job, JobDependency
@@ -74,6 +76,9 @@ logger = logging.getLogger("django_debounce.worker")
 #: (``SELECT 1``) instead of trusting it: a fast drain never pays the test, a loop that
 #: waited through long jobs notices a connection a server idle timeout closed.
 LOOP_RECHECK_AFTER = 1.0
+
+#: Claims a worker makes in a row when each loses to lock contention (``Worker._claim``).
+CLAIM_ATTEMPTS = 5
 
 Status = Job.Status
 
@@ -1019,14 +1024,42 @@ class Worker:
         self._next_sweep_at = now + config.every
 
     def _claim(self, limit: int) -> list[Job]:
-        jobs = claim_jobs(
-            worker_id=self.worker_id,
-            limit=limit,
-            lease=self.lease,
-            queues=self.queues,
-            using=self.using,
-            peek=self._idle,
-        )
+        """Claim up to ``limit`` jobs; a claim that lost a deadlock or lock wait claims again.
+
+        Lock contention (:func:`~django_debounce.core.is_contention`, as on the
+        enqueue side, §4.4: e.g. MariaDB's deadlock 1213) rolled the claim
+        back whole; it is retried at once, up to ``CLAIM_ATTEMPTS`` claims,
+        and logged at DEBUG, not taken for a database outage (an ERROR and a
+        back-off in the loop). Inside a caller's transaction it is raised: the
+        server rolled that transaction back too.
+        """
+        for attempt in range(1, CLAIM_ATTEMPTS + 1):
+            try:
+                jobs = claim_jobs(
+                    worker_id=self.worker_id,
+                    limit=limit,
+                    lease=self.lease,
+                    queues=self.queues,
+                    using=self.using,
+                    peek=self._idle,
+                )
+            except OperationalError as exc:
+                if (
+                    attempt == CLAIM_ATTEMPTS
+                    or not is_contention(exc)
+                    or connections[self.using].in_atomic_block
+                ):
+                    raise
+                logger.debug(
+                    "claim lost a deadlock or waited on a lock (attempt %d): %s; claiming again",
+                    attempt,
+                    exc,
+                    extra={"action": "claim_retry"},
+                )
+                if attempt > 1:  # the first retry is immediate, as on the enqueue side
+                    time.sleep(min(0.5, 0.002 * 2**attempt) * random.random())
+                continue
+            break
         # After a short batch the queue is probably drained: peek before locking next time.
         self._idle = len(jobs) < limit
         return jobs

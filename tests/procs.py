@@ -254,6 +254,29 @@ def pg_terminate(name: str) -> list[int]:
         return [int(pid) for pid, terminated in cursor.fetchall() if terminated]
 
 
+def waiting_on_a_lock() -> bool:
+    """True while a connection to the test database waits for a lock another one holds.
+
+    PostgreSQL or MariaDB/MySQL. MariaDB refreshes ``innodb_trx`` only when it
+    was not read for 0.1 s: poll this every 0.25 s (``wait_for(…, interval=0.25)``).
+    """
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        if connection.vendor == "mysql":
+            cursor.execute(
+                "SELECT count(*) FROM information_schema.innodb_trx AS trx "
+                "JOIN information_schema.processlist AS p ON p.id = trx.trx_mysql_thread_id "
+                "WHERE trx.trx_state = 'LOCK WAIT' AND p.db = DATABASE()"
+            )
+        else:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock'"
+            )
+        return int(cursor.fetchone()[0]) > 0
+
+
 def mysql_open_transactions() -> int:
     """Return how many other connections to the test database are inside a transaction
     (MariaDB/MySQL: InnoDB's open transactions, this connection's left out)."""

@@ -11,7 +11,7 @@ import threading
 from typing import Any
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import connections, transaction
 from django.test import Client
 from django.urls import reverse
 
@@ -20,7 +20,7 @@ from django_debounce.models import DeadLetter, Job, JobDependency, TaskState
 from django_debounce.worker import claim_jobs
 from tests.conftest import T, child_env
 from tests.factories import DeadLetterFactory, JobFactory
-from tests.procs import processes, wait_for
+from tests.procs import processes, wait_for, waiting_on_a_lock
 from tests.test_admin import messages_of, staff
 from tests.testapp import tasks_admin_holds
 from tests.testapp.models import CallLog
@@ -327,26 +327,6 @@ def _claim_in_open_transaction(job_id: int, claimed: threading.Event, release: t
         connections.close_all()
 
 
-def _waiting_on_a_lock() -> bool:
-    """True while a connection to the test database waits for a lock another one holds.
-
-    MariaDB refreshes ``innodb_trx`` only when it was not read for 0.1 s: poll it slower.
-    """
-    with connection.cursor() as cursor:
-        if connection.vendor == "mysql":
-            cursor.execute(
-                "SELECT count(*) FROM information_schema.innodb_trx AS trx "
-                "JOIN information_schema.processlist AS p ON p.id = trx.trx_mysql_thread_id "
-                "WHERE trx.trx_state = 'LOCK WAIT' AND p.db = DATABASE()"
-            )
-        else:
-            cursor.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND wait_event_type = 'Lock'"
-            )
-        return cursor.fetchone()[0] > 0
-
-
 @pytest.mark.row_locks
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("act", ["run_now", "cancel"])
@@ -368,7 +348,7 @@ def test_action_waits_for_a_claim_in_flight_and_refuses_it(act):
         op = threading.Thread(target=operator)
         op.start()
         wait_for(
-            _waiting_on_a_lock,
+            waiting_on_a_lock,
             timeout=30,
             interval=0.25,
             what="the action to wait on the claim's row lock",
