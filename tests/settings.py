@@ -62,8 +62,9 @@ if _url:
     # Parallel test runs on one server each need their own test database.
     DATABASES["default"]["TEST"] = {"NAME": os.environ.get("DEBOUNCE_TEST_DB_NAME")}
     if DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
-        # MariaDB/MySQL as the docs ask (check W002): READ COMMITTED, and utf8mb4 so any
-        # text a task stores fits (utf8mb3 holds no 4-byte characters).
+        # MariaDB/MySQL as docs/howto/databases.md asks: READ COMMITTED (check W002), and
+        # utf8mb4 (Django 5.2+'s default, spelled out) for the connection and the test
+        # database, so any text a task stores fits (utf8mb3 holds no 4-byte characters).
         DATABASES["default"].setdefault("OPTIONS", {}).update(
             {"isolation_level": "read committed", "charset": "utf8mb4"}
         )
