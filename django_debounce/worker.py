@@ -97,15 +97,17 @@ def storable_text(text: str, limit: int | None = None) -> str:
 
     NUL characters (PostgreSQL refuses them) and lone surrogates (not Unicode
     text: no driver can encode them, e.g. from ``os.fsdecode(b"\\xff")``)
-    become U+FFFD; text longer than ``limit`` characters is cut, with a note
-    of how much was cut.
+    become U+FFFD; text longer than ``limit`` characters is cut to ``limit``
+    characters, its end a note of how much was cut.
     """
     if "\x00" in text:
         text = text.replace("\x00", "\ufffd")
     if not text.isascii():
         text = _SURROGATE.sub("\ufffd", text)
     if limit is not None and len(text) > limit:
-        text = f"{text[:limit]}… [cut: {len(text) - limit:,} more characters]"
+        # The note counts against the limit: cut for the longest note this text can need.
+        keep = limit - len(f"… [cut: {len(text):,} more characters]")
+        text = f"{text[:keep]}… [cut: {len(text) - keep:,} more characters]"
     return text
 
 

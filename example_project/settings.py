@@ -64,6 +64,11 @@ if _url:
     DATABASES = {"default": dj_database_url.parse(_url, conn_max_age=0)}
     if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         DATABASES["default"].setdefault("OPTIONS", {}).update(SQLITE_OPTIONS)
+    elif DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
+        # MariaDB/MySQL as docs/howto/databases.md asks (check W002).
+        DATABASES["default"].setdefault("OPTIONS", {}).update(
+            {"isolation_level": "read committed", "charset": "utf8mb4"}
+        )
 else:
     DATABASES = {
         "default": {

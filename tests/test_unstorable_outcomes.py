@@ -72,6 +72,22 @@ def test_an_error_holding_a_lone_surrogate_is_recorded_with_its_real_text(burst)
 
 
 @pytest.mark.django_db
+def test_a_long_error_is_cut_to_the_documented_length_note_included(burst):
+    """``error`` and ``traceback`` hold at most 65,536 characters, the cut note counted in."""
+    message = "boom \U0001f600 " + "z" * 100_000
+    job = enqueue("st.fails", args=[message], max_retries=0)
+    burst()
+    job.refresh_from_db()
+    assert (job.status, runs("st.fails")) == (Status.FAILED, 1)
+    full = f"RuntimeError: {message}"
+    assert 65_500 < len(job.error) <= 65_536
+    kept = 65_536 - len(f"… [cut: {len(full):,} more characters]")
+    assert job.error == f"{full[:kept]}… [cut: {len(full) - kept:,} more characters]"
+    assert len(job.traceback) <= 65_536 and job.traceback.endswith(" more characters]")
+    assert DeadLetter.objects.get(job=job).error == job.error
+
+
+@pytest.mark.django_db
 @pytest.mark.parametrize(
     ("levels", "stored"),
     [
