@@ -482,11 +482,28 @@ def task(func: Any = None, /, *, name: str | None = None, **options: Any) -> Any
     return decorator
 
 
+@overload
+def debounced_task(func: Callable[P, R], /) -> Task[P, R]: ...
+
+
+@overload
 def debounced_task(
     *, name: str | None = None, debounce: DurationLike | None = None, **options: Any
-) -> Callable[[Callable[P, R]], Task[P, R]]:
+) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+
+def debounced_task(
+    func: Any = None,
+    /,
+    *,
+    name: str | None = None,
+    debounce: DurationLike | None = None,
+    **options: Any,
+) -> Any:
     """Register a task with a debounce window (§2).
 
+    Usable bare (``@debounced_task``, taking both durations from the settings)
+    or with options (``@debounced_task(debounce="5m", debounce_max_wait="30m")``).
     ``debounce`` defaults to ``DEBOUNCE_DEFAULT_WINDOW``; ``debounce_max_wait``
     to ``DEBOUNCE_DEFAULT_MAX_WAIT``. Takes every option of :func:`task`.
 
@@ -501,6 +518,8 @@ def debounced_task(
                 "@debounced_task needs debounce= (e.g. debounce='5m') or the "
                 "DEBOUNCE_DEFAULT_WINDOW setting."
             )
+    if func is not None:
+        return _make(func, name, {**options, "debounce": debounce})
 
     def decorator(f: Callable[P, R]) -> Task[P, R]:
         return _make(f, name, {**options, "debounce": debounce})

@@ -97,6 +97,36 @@ def test_project_default_window_is_used(settings, names, clock):
     assert (job.run_at, job.max_run_at) == (T + timedelta(seconds=45), T + timedelta(minutes=10))
 
 
+@pytest.mark.django_db
+def test_bare_debounced_task_takes_both_durations_from_the_settings(settings, names, clock):
+    """``@debounced_task`` without brackets, as ``@task`` works bare (a new user's trial)."""
+    settings.DEBOUNCE_DEFAULT_WINDOW = "45s"
+    settings.DEBOUNCE_DEFAULT_MAX_WAIT = "10m"
+
+    @debounced_task
+    def bare_rebuild(x):
+        return x
+
+    names.append(bare_rebuild.name)
+    assert bare_rebuild.name == f"{__name__}.{bare_rebuild.__qualname__}"
+    assert registry.get_task(bare_rebuild.name) is bare_rebuild
+    assert bare_rebuild(3) == 3
+    job = bare_rebuild.delay(1)
+    assert (job.run_at, job.max_run_at) == (T + timedelta(seconds=45), T + timedelta(minutes=10))
+    assert bare_rebuild.delay(1).outcome == "debounced"
+    assert Job.objects.count() == 1
+
+
+def test_bare_debounced_task_without_a_default_window_names_the_setting(names):
+    with pytest.raises(ConfigurationError, match="DEBOUNCE_DEFAULT_WINDOW"):
+
+        @debounced_task
+        def no_window(x):
+            return x
+
+    assert not [name for name in registry.all_tasks() if name.endswith(".no_window")]
+
+
 def test_max_wait_shorter_than_window(names):
     message = _assert_refused(names, "enq.reg.short", debounce="5m", debounce_max_wait="4m")
     assert "shorter than the window" in message
