@@ -29,7 +29,7 @@ from . import codec, keys, registry, upsert
 from .conf import settings
 from .dependencies import CANCELLING_STATUSES, cancel_dependents
 from .durations import parse_duration
-from .exceptions import ConfigurationError, EnqueueContentionError, PayloadError
+from .exceptions import ConfigurationError, EnqueueContentionError, KeyResolutionError, PayloadError
 from .models import Job, JobDependency
 from .signals import job_enqueued, send_signal
 from .tasks import check_priority, check_queue, check_task_name, check_window
@@ -328,20 +328,23 @@ def plan_call(
 
     # Keys are resolved before the payload is encoded (§3).
     signature = task.signature if task is not None else None
-    bound = keys.bind_call(signature, args, kwargs)
     debounce_key: str | None = None
-    if window is not None:
-        if key_spec is None:
-            debounce_key = keys.default_key(bound)
-        else:
-            debounce_key = keys.resolve_key(key_spec, bound, args, kwargs)
-            if debounce_key is None:  # a callable opted this call out (§3)
-                window = max_wait = None
     unique_key: str | None = None
-    if unique_spec is not None:
-        unique_key = keys.resolve_key(unique_spec, bound, args, kwargs)
-    elif idempotent:
-        unique_key = keys.default_key(bound)
+    try:
+        bound = keys.bind_call(signature, args, kwargs)
+        if window is not None:
+            if key_spec is None:
+                debounce_key = keys.default_key(bound)
+            else:
+                debounce_key = keys.resolve_key(key_spec, bound, args, kwargs)
+                if debounce_key is None:  # a callable opted this call out (§3)
+                    window = max_wait = None
+        if unique_spec is not None:
+            unique_key = keys.resolve_key(unique_spec, bound, args, kwargs)
+        elif idempotent:
+            unique_key = keys.default_key(bound)
+    except KeyResolutionError as exc:  # name the call: the key's own message does not
+        raise KeyResolutionError(f"{where}: {exc}") from exc
 
     enc_args, enc_kwargs = codec.encode_call(args, dict(kwargs))
     return Plan(

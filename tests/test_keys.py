@@ -290,8 +290,10 @@ def test_key_resolution_error_writes_nothing(django_assert_num_queries, task_obj
 
 @pytest.mark.django_db
 def test_key_error_message_is_helpful():
-    with pytest.raises(KeyResolutionError, match=r"\{user\}.*arguments: user_id"):
+    with pytest.raises(KeyResolutionError, match=r"\{user\}.*arguments: user_id") as info:
         missing_name.delay(1)
+    # It names the call whose key failed (a new user's trial: key errors did not).
+    assert str(info.value).startswith(f"enqueue of {missing_name.name!r}: "), info.value
     with pytest.raises(KeyResolutionError, match=r"only 2 positional"):
         out_of_range.delay(5)
     with pytest.raises(KeyResolutionError, match=r"resolved a placeholder to dict.*\{0\[id\]\}"):
