@@ -297,14 +297,39 @@ def claim_jobs(
     Returns the claimed jobs as they are after the claim (RUNNING, attempts
     counted, lease set), in claim order.
     """
+    return _claim_batch(
+        worker_id=worker_id, limit=limit, lease=lease, queues=queues, using=using, peek=peek
+    ).jobs
+
+
+@dataclass
+class _Claim:
+    """What one claim took: the jobs, and what :func:`release_claimed` needs to undo it."""
+
+    jobs: list[Job]
+    """The claimed jobs as after the claim, in claim order."""
+    started_before: dict[int, datetime | None]
+    """Each claimed job's ``started_at`` from before the claim, by id."""
+
+
+def _claim_batch(
+    *,
+    worker_id: str,
+    limit: int,
+    lease: timedelta,
+    queues: Sequence[str] | None,
+    using: str,
+    peek: bool,
+) -> _Claim:
+    """Do what :func:`claim_jobs` says; return the jobs with their ``started_at`` before the claim."""
     if limit <= 0:
-        return []
+        return _Claim([], {})
     queues = list(queues) if queues is not None else None  # read more than once below
     features = connections[using].features
     if peek and not _anything_claimable(timezone.now(), queues, using):
         # Nothing due: answer without a locking transaction (on SQLite an IMMEDIATE
         # transaction takes the database's write lock and would stall producers).
-        return []
+        return _Claim([], {})
     gates = admission.current_gates()  # pure Python; empty: the fast path
     if not gates and _oneshot_applies(queues, using):
         claimed = _claim_oneshot(
@@ -347,7 +372,7 @@ def claim_jobs(
                     continue
             jobs = kept
             if not jobs:
-                return []
+                return _Claim([], {})
             ids = [job.pk for job in jobs]
             lease_until = now + lease
             updated = _mark_running(
@@ -361,6 +386,7 @@ def claim_jobs(
                 )
                 jobs = [job for job in jobs if job.pk in mine]
         break
+    claim = _Claim(jobs=jobs, started_before={job.pk: job.started_at for job in jobs})
     for job in jobs:
         job.status = Status.RUNNING
         job.window_key = None
@@ -368,7 +394,7 @@ def claim_jobs(
         job.started_at = now
         job.lease_expires_at = lease_until
         job.attempts += 1
-    return jobs
+    return claim
 
 
 #: The one slot of the claim's SELECT: the claim's clock (compared with ``run_at`` and leases).
@@ -560,11 +586,13 @@ def _oneshot_sql(pick_sql: str, quote: Callable[[str], str]) -> str:
     once per id query and kept (as many as :data:`compiled.MAX_ENTRIES`).
 
     ``picked`` locks the claim's rows (``FOR UPDATE SKIP LOCKED``, in claim
-    order, up to the limit); ``stale`` counts the picked rows already past
-    their expiry; ``claimed`` marks the picked rows RUNNING only if none is
-    stale, so the caller can fall back to the transaction that expires them
-    (an expired job never runs, §6). The outer ``LEFT JOIN`` returns one row
-    even when nothing was claimed: ``(stale count, NULL, …)``.
+    order, up to the limit) with their ``started_at`` from before the claim;
+    ``stale`` counts the picked rows already past their expiry; ``claimed``
+    marks the picked rows RUNNING only if none is stale, so the caller can
+    fall back to the transaction that expires them (an expired job never
+    runs, §6). Each row is ``(stale count, started_at before the claim, the
+    job's columns…)``; the outer ``LEFT JOIN`` returns one row even when
+    nothing was claimed: ``(stale count, NULL, NULL, …)``.
 
     Parameters, in order: the pick query's own, then ``now`` (expiry), the
     RUNNING status, worker id, ``now`` (started_at), the lease's end, the READY
@@ -582,7 +610,7 @@ def _oneshot_sql(pick_sql: str, quote: Callable[[str], str]) -> str:
 
     returning = ", ".join(f"{table}.{name}" for name in columns.values())
     found = (
-        f"WITH picked (pk, expires_at) AS ({pick_sql}), "
+        f"WITH picked (pk, expires_at, started_before) AS ({pick_sql}), "
         "stale AS (SELECT count(*) AS n FROM picked WHERE picked.expires_at <= %s), "
         f"claimed AS (UPDATE {table} SET {column('status')} = %s, {column('window_key')} = NULL, "
         f"{column('worker_id')} = %s, {column('started_at')} = %s, "
@@ -590,7 +618,7 @@ def _oneshot_sql(pick_sql: str, quote: Callable[[str], str]) -> str:
         f"{column('attempts')} = {table}.{column('attempts')} + 1 "
         f"FROM picked, stale WHERE {table}.{column('id')} = picked.pk "
         f"AND stale.n = 0 AND {table}.{column('status')} = %s "
-        f"RETURNING {returning}) "
+        f"RETURNING picked.started_before, {returning}) "
         "SELECT stale.n, claimed.* FROM stale LEFT JOIN claimed ON TRUE"
     )
     if len(_oneshot_sqls) >= compiled.MAX_ENTRIES:
@@ -606,7 +634,7 @@ def _claim_oneshot(
     lease: timedelta,
     queues: Sequence[str] | None,
     using: str,
-) -> list[Job] | None:
+) -> _Claim | None:
     """Claim up to ``limit`` due jobs in ONE autocommit statement (PostgreSQL, decision 67).
 
     The rows are chosen by the compiled claim query (:func:`claimable_jobs`
@@ -622,10 +650,11 @@ def _claim_oneshot(
         using: database alias (PostgreSQL, autocommit).
 
     Returns:
-        The claimed jobs as stored after the claim, in claim order (priority
-        descending, then ``run_at``, then id); or None, claiming nothing, when
-        a picked job is past its expiry: the caller's transactional claim must
-        expire it together with cancelling its dependents (§6, §11).
+        The claim: the jobs as stored after it, in claim order (priority
+        descending, then ``run_at``, then id), with each one's ``started_at``
+        from before it; or None, claiming nothing, when a picked job is past
+        its expiry: the caller's transactional claim must expire it together
+        with cancelling its dependents (§6, §11).
 
     Raises:
         DatabaseError: the statement failed (nothing was claimed).
@@ -635,7 +664,9 @@ def _claim_oneshot(
     entry = compiled.compiled(
         ("claim_oneshot", shape, limit),
         lambda slot: (
-            shape.queryset(slot["now"], using)[:limit].values_list("pk", "expires_at").query
+            shape.queryset(slot["now"], using)[:limit]
+            .values_list("pk", "expires_at", "started_at")
+            .query
         ),
         _NOW_SLOT,
         using,
@@ -658,10 +689,16 @@ def _claim_oneshot(
         rows = cursor.fetchall()
     if rows[0][0]:
         return None
-    jobs = [compiled.job_from_row(row[1:], using) for row in rows if row[1] is not None]
+    claim = _Claim([], {})
+    for row in rows:
+        if row[2] is None:  # the LEFT JOIN's row when nothing was claimed
+            continue
+        job = compiled.job_from_row(row[2:], using)
+        claim.jobs.append(job)
+        claim.started_before[job.pk] = row[1]  # psycopg's aware datetime, as the ORM's
     # RETURNING has no order: put them back in claim order.
-    jobs.sort(key=lambda job: (-job.priority, job.run_at, job.pk))
-    return jobs
+    claim.jobs.sort(key=lambda job: (-job.priority, job.run_at, job.pk))
+    return claim
 
 
 #: Candidate rounds per gated claim that shed nothing (each round leaves out the
@@ -843,6 +880,52 @@ def reclaim_expired_leases(
     return len(requeue), len(letters)
 
 
+def _release_unstarted(
+    jobs: Sequence[Job],
+    started_before: Mapping[int, datetime | None],
+    *,
+    worker_id: str,
+    using: str,
+) -> int:
+    """Put claimed jobs that never started back as they were before the claim (§7 shutdown).
+
+    Undoes what the claim wrote (``_mark_running``): READY again, no lease, no
+    worker, the attempt not counted, ``started_at`` as it was before the claim
+    (``started_before``, by id). The window the claim closed stays closed (§4.1:
+    a job put back after a claim takes no calls). Each job's update is fenced
+    on this worker and the claim's attempt, so a job whose lease lapsed and
+    that another worker took meanwhile is left alone. A token or a breaker
+    probe the claim took from the admission gate (§6) is not given back.
+
+    Returns:
+        How many jobs were put back.
+    """
+    groups: dict[tuple[int, datetime | None], list[int]] = {}
+    for job in jobs:
+        groups.setdefault((job.attempts, started_before.get(job.pk)), []).append(job.pk)
+    released = 0
+    with transaction.atomic(using=using):
+        for (attempts, started_at), ids in groups.items():
+            released += (
+                Job.objects.using(using)
+                .filter(pk__in=ids, status=Status.RUNNING, worker_id=worker_id, attempts=attempts)
+                .update(
+                    status=Status.READY,
+                    worker_id="",
+                    lease_expires_at=None,
+                    started_at=started_at,
+                    attempts=attempts - 1,
+                )
+            )
+    logger.info(
+        "stopping: put back %d claimed job(s) that had not started: %s",
+        released,
+        [job.pk for job in jobs],
+        extra={"action": "release"},
+    )
+    return released
+
+
 def _close_dropped_connections() -> None:
     """Close this thread's persistent connections that the server dropped (§7).
 
@@ -918,6 +1001,8 @@ class Worker:
         self._done: queue_module.Queue[int | None] = queue_module.Queue()
         self._work: queue_module.Queue[Job | None] = queue_module.Queue()
         self._in_flight: dict[int, Job] = {}
+        # Claimed jobs not started yet: their started_at from before the claim (to put back).
+        self._started_before: dict[int, datetime | None] = {}
         self._lock = threading.Lock()
         # Inline mode's lease keeper (one thread per run): when the running job's lease is due
         # for renewal (monotonic seconds; None while no job runs), and whether the run is over.
@@ -1037,7 +1122,7 @@ class Worker:
         """
         for attempt in range(1, CLAIM_ATTEMPTS + 1):
             try:
-                jobs = claim_jobs(
+                claim = _claim_batch(
                     worker_id=self.worker_id,
                     limit=limit,
                     lease=self.lease,
@@ -1062,9 +1147,46 @@ class Worker:
                     time.sleep(min(0.5, 0.002 * 2**attempt) * random.random())
                 continue
             break
+        with self._lock:
+            self._started_before.update(claim.started_before)
         # After a short batch the queue is probably drained: peek before locking next time.
-        self._idle = len(jobs) < limit
-        return jobs
+        self._idle = len(claim.jobs) < limit
+        return claim.jobs
+
+    def _may_start(self, job: Job) -> bool:
+        """Return True if the claimed ``job`` starts now; once stopping, put it back (§7).
+
+        Called where a claimed job is handed to :meth:`_process`: a stop that
+        arrived while the job was being claimed, or before a thread took it,
+        leaves it unstarted, so it goes back to READY at once
+        (:meth:`_release`) instead of running into the grace period.
+        """
+        if self._stopping.is_set():
+            self._release([job])
+            return False
+        with self._lock:
+            self._started_before.pop(job.pk, None)
+        return True
+
+    def _release(self, jobs: Sequence[Job]) -> None:
+        """Put claimed, unstarted ``jobs`` back as before their claim (:func:`_release_unstarted`).
+
+        A database error is logged, not raised: the jobs then stay RUNNING until
+        their lease lapses and are run again after it, as after a crash (§7).
+        """
+        with self._lock:
+            before = {job.pk: self._started_before.pop(job.pk, None) for job in jobs}
+        try:
+            _release_unstarted(jobs, before, worker_id=self.worker_id, using=self.using)
+        except (DatabaseError, InterfaceError):
+            logger.exception(
+                "could not put back %d claimed job(s) that had not started; they run again "
+                "once their lease lapses",
+                len(jobs),
+                extra={"action": "release_error"},
+            )
+            if not connections[self.using].in_atomic_block:
+                connections[self.using].close()
 
     def _run_inline(self) -> None:
         # One lease keeper for the whole run, not a thread per job: starting and joining a
@@ -1083,6 +1205,8 @@ class Worker:
                 if not jobs:
                     return
                 job = jobs[0]
+                if not self._may_start(job):  # stopped during the claim
+                    return
                 self._claimed_total += 1
                 with self._lock:
                     self._in_flight[job.pk] = job
@@ -1168,6 +1292,11 @@ class Worker:
                     connections[self.using].close()
                     self._wait(delay)
                     continue
+                if claimed and self._stopping.is_set():
+                    # Stopped during the claim (a signal while the claim statement ran):
+                    # nothing of it starts; the loop ends and drains.
+                    self._release(claimed)
+                    claimed = []
                 self._claimed_total += len(claimed)
                 idle = not claimed and not self._in_flight
                 for job in claimed:
@@ -1279,7 +1408,8 @@ class Worker:
                 try:
                     close_old_connections()
                     _close_dropped_connections()
-                    self._process(job)
+                    if self._may_start(job):
+                        self._process(job)
                 except Exception:
                     logger.exception("worker thread failed while handling job %s", job.pk)
                 finally:

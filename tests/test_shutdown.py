@@ -6,22 +6,28 @@
 * Grace period over: exit 0 with the job still RUNNING; it is reclaimed
   after its lease.
 * SIGKILL: the job runs again once its lease has lapsed.
+* SIGTERM while the claim statement runs (PostgreSQL, the claim held behind an
+  outside ``LOCK TABLE``): the jobs that claim returns never start; they go back
+  to READY at once as they were before the claim, and the worker exits 0.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from datetime import timedelta
 
+import psycopg
 import pytest
 import time_machine
+from django.db import connection
 from django.utils import timezone
 
 from django_debounce.models import DeadLetter, Job
 from tests.conftest import child_env, run_burst
-from tests.procs import Proc, processes, wait_for
+from tests.procs import Proc, WorkerThread, app_name, processes, wait_for
 from tests.testapp.models import CallLog
 from tests.testapp.tasks_reliability import work
 
@@ -165,3 +171,131 @@ def test_sigkill_mid_job_loses_nothing(tmp_path):
         (second.pid, False),
     ]
     assert not Job.objects.filter(status__in=[Job.Status.READY, Job.Status.RUNNING]).exists()
+
+
+# -- a stop that arrives while the claim statement runs (issue #8, item 2) -------------------
+
+
+def _pg_dsn() -> str:
+    db = connection.settings_dict
+    return (
+        f"host={db.get('HOST') or '127.0.0.1'} port={db.get('PORT') or 5432} "
+        f"user={db.get('USER') or 'postgres'} dbname={db['NAME']}"
+    )
+
+
+def _claim_waits_on_lock(application_name: str | None = None) -> bool:
+    """A claim statement of the test database waits for a lock.
+
+    Under the test's ``LOCK TABLE … IN EXCLUSIVE MODE`` only a locking read waits among
+    reads: a ``SELECT``/``WITH`` waiting for a lock is the claim's ``… FOR UPDATE``.
+    """
+    sql = (
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND wait_event_type = 'Lock' AND (query ILIKE 'SELECT%%' OR query ILIKE 'WITH%%')"
+    )
+    params: list[str] = []
+    if application_name is not None:
+        sql += " AND application_name = %s"
+        params.append(application_name)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return bool(cursor.fetchone()[0])
+
+
+def _due_jobs() -> tuple[Job, Job]:
+    """A job waiting for its second attempt (started once before) and a fresh one, both due."""
+    retried = work.delay("retried")
+    earlier = timezone.now() - timedelta(minutes=5)
+    Job.objects.filter(pk=retried.pk).update(
+        attempts=1, started_at=earlier, error="builtins.ValueError: first run"
+    )
+    fresh = work.delay("fresh")
+    return Job.objects.get(pk=retried.pk), Job.objects.get(pk=fresh.pk)
+
+
+def _as_before_the_claim(job: Job) -> None:
+    now = Job.objects.get(pk=job.pk)
+    fields = ("status", "attempts", "worker_id", "lease_expires_at", "started_at", "run_at")
+    assert {f: getattr(now, f) for f in fields} == {f: getattr(job, f) for f in fields}
+    assert now.window_key is None
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("options", "claimed"),
+    [(("--concurrency", "2"), 2), (("--burst",), 1)],
+    ids=["threaded", "inline-burst"],
+)
+def test_sigterm_during_the_claim_puts_the_claimed_jobs_back_unstarted(tmp_path, options, claimed):
+    jobs = _due_jobs()
+    name = app_name("claim-term")
+    with psycopg.connect(_pg_dsn()) as holder:
+        # EXCLUSIVE lets the worker's plain reads (its peek) through but holds its claim's
+        # SELECT … FOR UPDATE until the test rolls back.
+        holder.execute("LOCK TABLE django_debounce_job IN EXCLUSIVE MODE")
+        with processes(tmp_path, child_env(DEBOUNCE_TEST_APP_NAME=name)) as procs:
+            worker = procs.worker(*options, "--poll-interval", "0.05")
+
+            def waiting() -> bool:
+                assert worker.alive(), f"the worker exited early\n{worker.tail()}"
+                return _claim_waits_on_lock(name)
+
+            wait_for(waiting, timeout=60, what=lambda: f"the claim to wait\n{worker.tail()}")
+            worker.send(signal.SIGTERM)
+            wait_for(
+                lambda: "claiming no more" in worker.stderr(),
+                timeout=30,
+                what=lambda: f"the worker to take the signal\n{worker.tail()}",
+            )
+            holder.rollback()  # the claim statement now returns its jobs
+            assert worker.wait(30) == 0, worker.tail()
+    log = worker.stderr()
+    assert f"put back {claimed} claimed job(s)" in log, log
+    assert not re.search(r"running job \d", log), log  # no start, so no job_started either
+    assert "stopped after 0 job(s)" in log, log
+    for job in jobs:
+        _as_before_the_claim(job)
+    assert not CallLog.objects.exists()
+    assert not DeadLetter.objects.exists()
+
+
+@pytest.mark.postgres
+def test_a_stop_during_the_claim_starts_nothing_and_sends_no_signal(signal_log):
+    """The in-process form: ``Worker.stop()`` (what the signal handler calls) lands while the
+    threaded loop's claim waits; no ``job_started`` is sent and the jobs are as before."""
+    jobs = _due_jobs()
+    signal_log.clear()
+    with psycopg.connect(_pg_dsn()) as holder:
+        holder.execute("LOCK TABLE django_debounce_job IN EXCLUSIVE MODE")
+        runner = WorkerThread("stopped-in-claim", concurrency=2).start()
+        wait_for(_claim_waits_on_lock, timeout=60, what="the claim to wait")
+        runner.worker.stop()
+        holder.rollback()
+        runner.stop()
+    assert runner.worker.processed == 0
+    assert [entry[0] for entry in signal_log] == []
+    for job in jobs:
+        _as_before_the_claim(job)
+    assert not CallLog.objects.exists()
+
+
+def test_a_claimed_job_a_job_thread_takes_after_the_stop_is_put_back():
+    """The last hand-over: a job claimed before the stop but taken by a job thread after it
+    (the loop queued it just as the signal came) never starts either."""
+    from django_debounce.worker import Worker
+
+    jobs = _due_jobs()
+    worker = Worker(concurrency=2, handle_signals=False, worker_id="handover")
+    claimed = worker._claim(2)
+    assert [job.pk for job in claimed] == [job.pk for job in jobs]
+    worker.stop()
+    for job in claimed:
+        worker._in_flight[job.pk] = job
+        worker._work.put(job)
+    worker._work.put(None)
+    worker._thread_main()  # what a job thread runs
+    assert worker.processed == 0 and not worker._in_flight
+    for job in jobs:
+        _as_before_the_claim(job)
+    assert not CallLog.objects.exists()
