@@ -612,7 +612,7 @@ HIGHLIGHTS = [
     "upsert.py:slide_or_insert",
     "upsert.py:_from_row",
     "worker.py:run",
-    "worker.py:claim_jobs",
+    "worker.py:_claim_batch",
     "worker.py:_process",
     "worker.py:_succeed",
     "worker.py:_keep_lease_inline",

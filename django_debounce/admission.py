@@ -123,6 +123,17 @@ class Decision:
     held_back: list[Job] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Checkpoint:
+    """The in-memory state of an :class:`Admission` at one moment (:meth:`Admission.checkpoint`)."""
+
+    rows: dict[str, tuple[Any, ...]]
+    """Each held TaskState row's ``_STATE_FIELDS`` values, by task name."""
+    admitted: dict[str, int]
+    probe_live: dict[str, bool]
+    dirty: frozenset[str]
+
+
 class Admission:
     """The gate of one claim transaction; create it inside ``transaction.atomic``.
 
@@ -133,6 +144,8 @@ class Admission:
 
     Rows locked by :meth:`admit` stay locked until the claim commits;
     :meth:`save` writes the changed ones back and must run before the commit.
+    A decision can be taken back before :meth:`save` (:meth:`checkpoint`,
+    :meth:`restore`), when the claim could not lock some admitted jobs.
     """
 
     def __init__(self, gates: dict[str, Gate], *, now: datetime, using: str) -> None:
@@ -254,6 +267,39 @@ class Admission:
                     .exists()
                 )
 
+    def hold(self, candidates: Sequence[Job]) -> None:
+        """Lock the TaskState rows of the gated tasks among ``candidates`` (see :meth:`admit`)."""
+        self._lock({job.task_name for job in candidates if job.task_name in self.gates})
+
+    def checkpoint(self) -> Checkpoint:
+        """Return the in-memory state of the rows held so far, for :meth:`restore`.
+
+        Take it after :meth:`hold` of the candidates, before :meth:`admit`.
+        """
+        return Checkpoint(
+            rows={
+                name: tuple(getattr(row, attr) for attr in _STATE_FIELDS)
+                for name, row in self.states.items()
+            },
+            admitted=dict(self.admitted),
+            probe_live=dict(self.probe_live),
+            dirty=frozenset(self.dirty),
+        )
+
+    def restore(self, checkpoint: Checkpoint) -> None:
+        """Take back every decision made since ``checkpoint``: tokens, counts, probes.
+
+        The rows stay locked (they are released at the claim's commit); rows
+        locked after the checkpoint keep their state as read.
+        """
+        for name, values in checkpoint.rows.items():
+            row = self.states[name]
+            for attr, value in zip(_STATE_FIELDS, values, strict=True):
+                setattr(row, attr, value)
+        self.admitted = dict(checkpoint.admitted)
+        self.probe_live = dict(checkpoint.probe_live)
+        self.dirty = set(checkpoint.dirty)
+
     def admit(self, candidates: Sequence[Job], room: int) -> Decision:
         """Decide, in claim order, which ``candidates`` start (at most ``room``).
 
@@ -262,7 +308,7 @@ class Admission:
         :meth:`save` before the transaction commits.
         """
         decision = Decision()
-        self._lock({job.task_name for job in candidates if job.task_name in self.gates})
+        self.hold(candidates)
         for job in candidates:
             if len(decision.admitted) >= room:
                 decision.held_back.append(job)
@@ -411,6 +457,7 @@ def record_run(job: Job, *, succeeded: bool, now: datetime, using: str) -> None:
 __all__ = [
     "CLOSED",
     "Admission",
+    "Checkpoint",
     "Decision",
     "Gate",
     "current_gates",

@@ -288,8 +288,10 @@ def claim_jobs(
     cap or a circuit breaker, the due jobs pass :mod:`django_debounce.admission`
     in this same transaction (the tasks' TaskState rows locked), so the limits
     hold across every worker; jobs held back stay READY with their ``run_at``
-    and ``on_excess="drop"`` jobs without a token are shed. With no gated task
-    registered the claim runs exactly as without flow control (no extra query).
+    and ``on_excess="drop"`` jobs without a token are shed. Only the jobs the
+    claim takes are locked (:func:`_take_admitted`), so a concurrent claim
+    finds the others. With no gated task registered the claim runs exactly as
+    without flow control (no extra query).
 
     On PostgreSQL, with no gated task, no CoDel queue served and no atomic block
     around the call, the claim is one autocommit statement (:func:`_claim_oneshot`).
@@ -355,8 +357,7 @@ def _claim_batch(
                 ),
             )
             if gates:
-                qs = shape.queryset(now, using)
-                jobs = _take_admitted(qs, gates, limit=limit, now=now, using=using)
+                jobs = _take_admitted(shape, gates, limit=limit, now=now, using=using)
             else:
                 jobs = _take_due(shape, limit=limit, now=now, using=using)
             # CoDel (§6): shed what each queue's control law drops (no query unless a candidate's
@@ -709,53 +710,159 @@ _MAX_EXAMINED = 2000
 
 
 def _take_admitted(
-    qs: Any, gates: dict[str, admission.Gate], *, limit: int, now: datetime, using: str
+    shape: _ClaimShape,
+    gates: dict[str, admission.Gate],
+    *,
+    limit: int,
+    now: datetime,
+    using: str,
 ) -> list[Job]:
-    """Return up to ``limit`` due jobs the flow-control gate admits (§6), in claim order.
+    """Return up to ``limit`` due jobs the flow-control gate admits (§6), in claim order, locked.
 
     Task names that surely admit nothing (:meth:`Admission.blocked_names`) are
     left out of the candidate query, so a blocked task's backlog does not starve
     other tasks; candidates are oversampled, and a bounded number of further
     rounds leave out the names exhausted meanwhile. Jobs of ``on_excess="drop"``
     tasks without a token are shed here (dead letter ``shed:``, no signal).
+
+    Candidates are read without row locks; only the jobs this claim takes (to
+    run, to shed, to expire) are then locked (:func:`_lock_due`), so another
+    worker's claim still finds every job this one examined but did not take
+    (decision 43 in docs/decisions.md).
     """
     gate = admission.Admission(gates, now=now, using=using)
     skip = gate.blocked_names()
+    unlocked = _ClaimShape(queues=shape.queues, busy=shape.busy, lock="")
     jobs: list[Job] = []
-    seen: list[int] = []  # admitted or held back: still READY (and locked by us) until the UPDATE
+    seen: list[int] = []  # examined: later rounds leave them out
     idle_rounds = examined = 0
     while idle_rounds < _MAX_ROUNDS and examined < _MAX_EXAMINED:
         room = limit - len(jobs)
         batch = room + max(8, room)
-        round_qs = qs.exclude(task_name__in=sorted(skip)) if skip else qs
-        if seen:
-            round_qs = round_qs.exclude(pk__in=seen)
-        candidates = list(round_qs[:batch])
+        if seen:  # a later round: its excludes vary, so it stays on the ORM
+            round_qs = unlocked.queryset(now, using).exclude(pk__in=seen)
+            if skip:
+                round_qs = round_qs.exclude(task_name__in=sorted(skip))
+            candidates = list(round_qs[:batch])
+        else:
+            candidates = _first_candidates(unlocked, tuple(sorted(skip)), batch, now, using)
         if not candidates:
             break
-        examined += len(candidates)
+        read = len(candidates)
+        examined += read
+        seen.extend(job.pk for job in candidates)
         expired = [
             job.pk for job in candidates if job.expires_at is not None and job.expires_at <= now
         ]
         if expired:
-            _expire(expired, now, using)
+            mine = _lock_due(shape, expired, now, using) if shape.lock else set(expired)
+            if mine:
+                _expire([pk for pk in expired if pk in mine], now, using)
             candidates = [job for job in candidates if job.pk not in expired]
-        decision = gate.admit(candidates, room)
+        decision, lost = _admit_and_lock(gate, shape, candidates, room, now=now, using=using)
         for job, job_gate in decision.to_shed:
             reason, metadata = admission.shed_reason(job_gate)
             shed_job(job, reason=reason, metadata=metadata, now=now, using=using)
         jobs.extend(decision.admitted)
-        seen.extend(job.pk for job in decision.admitted + decision.held_back)
-        if len(jobs) >= limit or len(candidates) + len(expired) < batch:
+        if len(jobs) >= limit or read < batch:
             break
         exhausted = gate.exhausted_names()
-        if not (decision.to_shed or expired or decision.admitted or exhausted - skip):
-            break  # nothing changed: another round would see the same candidates
-        if not (decision.to_shed or expired):
+        changed = decision.to_shed or expired or lost
+        if not (changed or decision.admitted or exhausted - skip):
+            break  # nothing changed: the next candidates would fare the same
+        if not changed:
             idle_rounds += 1
         skip |= exhausted
     gate.save()
     return jobs
+
+
+def _first_candidates(
+    shape: _ClaimShape, skip: tuple[str, ...], batch: int, now: datetime, using: str
+) -> list[Job]:
+    """Return a gated claim's first ``batch`` candidates, not locked, leaving out ``skip`` names.
+
+    The claim query of ``shape`` (no lock) compiled once per (shape, names left
+    out, batch) and alias (:mod:`django_debounce.compiled`).
+    """
+
+    def build(slot: Mapping[str, Any]) -> Any:
+        qs = shape.queryset(slot["now"], using)
+        if skip:
+            qs = qs.exclude(task_name__in=list(skip))
+        return qs[:batch].query
+
+    entry = compiled.compiled(("gated_pick", shape, skip, batch), build, _NOW_SLOT, using)
+    return compiled.fetch_jobs(entry, {"now": now}, using)
+
+
+def _admit_and_lock(
+    gate: admission.Admission,
+    shape: _ClaimShape,
+    candidates: list[Job],
+    room: int,
+    *,
+    now: datetime,
+    using: str,
+) -> tuple[admission.Decision, set[int]]:
+    """Admit up to ``room`` of ``candidates`` and lock exactly the jobs taken (run or shed).
+
+    A taken job that another transaction holds or changed since the candidates
+    were read (another claim took it, an enqueue is sliding its window) is
+    lost: the gate's decisions are taken back (:meth:`Admission.restore`: the
+    tokens, concurrency slots and probe it was given) and made again without
+    it, so the limits count only jobs this claim really takes. Returns the
+    final decision and the ids lost.
+    """
+    gate.hold(candidates)
+    before = gate.checkpoint()
+    lost: set[int] = set()
+    while True:
+        decision = gate.admit(candidates, room)
+        taken = [job.pk for job in decision.admitted] + [job.pk for job, _ in decision.to_shed]
+        if not taken or not shape.lock:  # no row locks (SQLite): the claim has the database
+            return decision, lost
+        missing = set(taken) - _lock_due(shape, taken, now, using)
+        if not missing:
+            return decision, lost
+        lost |= missing
+        gate.restore(before)
+        candidates = [job for job in candidates if job.pk not in missing]
+
+
+@cache
+def _lock_due_slots(count: int) -> dict[str, Any]:
+    return {**{f"id{i}": Job._meta.pk for i in range(count)}, **_NOW_SLOT}
+
+
+def _lock_due(shape: _ClaimShape, ids: list[int], now: datetime, using: str) -> set[int]:
+    """Lock those of the jobs ``ids`` that are still claimable at ``now``; return their ids.
+
+    The claim query restricted to ``ids`` (:func:`claimable_jobs`, so a job
+    that stopped being due, READY or first of its key since it was read is
+    not taken), ``FOR UPDATE SKIP LOCKED`` where the database has it (rows
+    another transaction holds are not waited for), in id order; compiled once
+    per number of ids (:mod:`django_debounce.compiled`).
+    """
+    count = len(ids)
+    entry = compiled.compiled(
+        ("lock_due", shape, count),
+        lambda slot: (
+            shape.queryset(slot["now"], using)
+            .filter(pk__in=[slot[f"id{i}"] for i in range(count)])
+            .order_by("pk")
+            .values_list("pk", flat=True)
+            .query
+        ),
+        _lock_due_slots(count),
+        using,
+    )
+    values: dict[str, Any] = {f"id{i}": pk for i, pk in enumerate(ids)}
+    values["now"] = now
+    connection = connections[using]
+    with connection.cursor() as cursor:
+        cursor.execute(entry.sql, entry.bind(connection, values))
+        return {row[0] for row in cursor.fetchall()}
 
 
 def _expire(ids: list[int], now: datetime, using: str) -> None:

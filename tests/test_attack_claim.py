@@ -6,7 +6,8 @@ and the inline lease keeper lose, double-run or leak something.
 
 - Seeded random tables (odd queue names, values equal to the compiler's
   sentinels, instants a microsecond apart): the compiled claim and its idle
-  peek return exactly what :func:`claimable_jobs` returns through the ORM.
+  peek return exactly what :func:`claimable_jobs` returns through the ORM, and
+  so do the gated claim's first candidate read and its lock of the jobs taken.
 - Results of every JSON shape stored by the compiled success write are the
   bytes the ORM's ``update(result=…)`` stores.
 - Eight threads claiming on a cold cache that is cleared every few entries
@@ -45,6 +46,8 @@ from django_debounce.worker import (
     Worker,
     _anything_claimable,
     _ClaimShape,
+    _first_candidates,
+    _lock_due,
     _take_due,
     claim_jobs,
     claimable_jobs,
@@ -167,6 +170,45 @@ def test_compiled_claim_and_peek_equal_the_orm_on_random_tables(seed):
             peeked = _anything_claimable(now, queues, "default")
             assert peeked == claimable_jobs(now, queues).exists(), (queues, now)
     assert nonempty > checked // 4, "the random tables should have claimable jobs"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("seed", [4, 5])
+def test_compiled_gated_candidates_and_job_locks_equal_the_orm_on_random_tables(seed):
+    """The gated claim's compiled pieces: its first unlocked candidates (names left out in
+    the SQL) and the lock of the jobs it takes answer as the ORM does."""
+    rng = random.Random(seed)
+    _seed_table(rng, T)
+    names = ["tests.noop", "%s", "q'uote", "\x1fdebounce-slot-0-0"]
+    for job in Job.objects.all():
+        Job.objects.filter(pk=job.pk).update(task_name=rng.choice(names))
+    every = list(Job.objects.values_list("pk", flat=True))
+    lock = _lock_flavour()
+    nonempty = 0
+    for queues in [(), ("a",), ("b", "%s")]:
+        shape = _ClaimShape(queues=queues, busy=(), lock=lock)
+        unlocked = _ClaimShape(queues=queues, busy=(), lock="")
+        for skip in [(), ("%s",), ("q'uote", "tests.noop")]:
+            for batch in (1, 9):
+                for now in (T, T - US, SENTINEL_0):
+                    got = [
+                        job.pk for job in _first_candidates(unlocked, skip, batch, now, "default")
+                    ]
+                    want = list(
+                        claimable_jobs(now, queues)
+                        .exclude(task_name__in=list(skip))
+                        .values_list("pk", flat=True)[:batch]
+                    )
+                    assert got == want, (queues, skip, batch, now)
+                    nonempty += bool(want)
+        for now in (T, SENTINEL_1):
+            ids = rng.sample(every, 5)
+            with transaction.atomic():
+                locked = _lock_due(shape, ids, now, "default")
+            assert locked == set(
+                claimable_jobs(now, queues).filter(pk__in=ids).values_list("pk", flat=True)
+            )
+    assert nonempty > 10, "the random tables should have claimable jobs"
 
 
 @pytest.mark.django_db
