@@ -1470,9 +1470,14 @@ class Worker:
                 return
 
     def _drain(self, threads: list[threading.Thread]) -> None:
+        """Wait up to the grace period for running jobs, renewing their leases; stop the threads.
+
+        After a second signal (``SystemExit`` on its way out of the loop) nothing is
+        waited for: that signal means "exit now", wherever in the loop it landed.
+        """
         deadline = time.monotonic() + self.shutdown_grace.total_seconds()
         next_renew = time.monotonic() + self.lease.total_seconds() / 3
-        while self._in_flight and time.monotonic() < deadline:
+        while self._in_flight and time.monotonic() < deadline and self._signals_seen < 2:
             try:
                 self._done.get(timeout=0.1)
             except queue_module.Empty:
@@ -1488,8 +1493,9 @@ class Worker:
                 next_renew = time.monotonic() + self.lease.total_seconds() / 3
         if self._in_flight:
             logger.warning(
-                "grace period over with %d job(s) still running; their leases will lapse and "
+                "%s with %d job(s) still running; their leases will lapse and "
                 "another worker will run them again",
+                "second signal" if self._signals_seen > 1 else "grace period over",
                 len(self._in_flight),
                 extra={"action": "shutdown_timeout"},
             )

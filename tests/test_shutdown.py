@@ -299,3 +299,49 @@ def test_a_claimed_job_a_job_thread_takes_after_the_stop_is_put_back():
     for job in jobs:
         _as_before_the_claim(job)
     assert not CallLog.objects.exists()
+
+
+@pytest.mark.postgres
+def test_a_second_signal_inside_the_loop_exits_without_waiting_for_running_jobs(tmp_path):
+    """The second signal means "exit now" wherever in the loop it lands (a CI flake on MariaDB).
+
+    It lands here while the loop's claim waits behind an outside lock and a 60 s job runs
+    on the other thread. Before the fix its ``SystemExit`` passed through the loop's
+    ``finally`` into the shutdown drain, which waited the whole grace period (30 s) for the
+    running job before the process could exit.
+    """
+    running = work.delay("long", seconds=60)
+    name = app_name("claim-abort")
+    with processes(tmp_path, child_env(DEBOUNCE_TEST_APP_NAME=name)) as procs:
+        worker = procs.worker("--concurrency", "2", "--poll-interval", "0.05")
+        wait_for(_started(running, worker), timeout=30, what="the long job to start")
+        queued = work.delay("queued")
+        with psycopg.connect(_pg_dsn()) as holder:
+            holder.execute("LOCK TABLE django_debounce_job IN EXCLUSIVE MODE")
+            wait_for(
+                lambda: _claim_waits_on_lock(name),
+                timeout=60,
+                what=lambda: f"the claim to wait\n{worker.tail()}",
+            )
+            worker.send(signal.SIGTERM)
+            wait_for(
+                lambda: "claiming no more" in worker.stderr(),
+                timeout=30,
+                what=lambda: f"the first signal\n{worker.tail()}",
+            )
+            sent = time.monotonic()
+            worker.send(signal.SIGINT)
+            wait_for(
+                lambda: "second signal" in worker.stderr(),
+                timeout=30,
+                what=lambda: f"the second signal\n{worker.tail()}",
+            )
+            holder.rollback()
+        assert worker.wait(20) == 1, worker.tail()  # non-zero: it abandoned a running job
+        # At once: neither the 60 s job nor the 30 s default grace is waited for.
+        assert time.monotonic() - sent < 15
+        assert "second signal with 1 job(s) still running" in worker.stderr(), worker.tail()
+    running.refresh_from_db()
+    assert (running.status, running.attempts) == (Job.Status.RUNNING, 1)
+    assert CallLog.objects.get(job_id=running.pk).finished_at is None
+    assert not CallLog.objects.filter(job_id=queued.pk).exists()
