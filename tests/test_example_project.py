@@ -71,17 +71,22 @@ def test_example_admin_is_enabled(client, admin_user):
         assert client.get(url).status_code == 200, url
 
 
-def manage(tmp_path: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def example_env(tmp_path: Path) -> dict[str, str]:
+    """The environment of ``python manage.py …`` on a fresh SQLite file in ``tmp_path``."""
     env = {
         k: v
         for k, v in os.environ.items()
         if k not in {"DATABASE_URL", "DJANGO_SETTINGS_MODULE", "PYTHONPATH"}
     }
     env["DEBOUNCE_EXAMPLE_SQLITE"] = str(tmp_path / "db.sqlite3")
+    return env
+
+
+def manage(tmp_path: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "manage.py", *args],
         cwd=REPO,
-        env=env,
+        env=example_env(tmp_path),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -97,12 +102,7 @@ def manage_in_terminal(
     ``subprocess.run`` (pipes) never shows what a person's terminal shows. Returns the exit
     code and everything written to the terminal (``\r\n`` line ends, ANSI codes and all).
     """
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in {"DATABASE_URL", "DJANGO_SETTINGS_MODULE", "PYTHONPATH"}
-    }
-    env["DEBOUNCE_EXAMPLE_SQLITE"] = str(tmp_path / "db.sqlite3")
+    env = example_env(tmp_path)
     env["TERM"] = "xterm-256color"
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 30, columns, 0, 0))
