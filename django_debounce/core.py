@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, OperationalError, router, transaction
 from django.utils import timezone
 
-from . import codec, keys, registry, upsert
+from . import codec, keys, lifecycle, registry, upsert
 from .conf import settings
-from .dependencies import CANCELLING_STATUSES, cancel_dependents
 from .durations import parse_duration
 from .exceptions import ConfigurationError, EnqueueContentionError, KeyResolutionError, PayloadError
+from .lifecycle import CANCELLING_STATUSES
 from .models import Job, JobDependency
 from .signals import job_enqueued, send_signal
 from .tasks import check_priority, check_queue, check_task_name, check_window
@@ -590,9 +590,7 @@ def _link_dependencies(job: Job, plan: Plan, now: datetime, db: str, doomed: boo
         [JobDependency(job_id=job.pk, dependency_id=pk) for pk in plan.depends_on]
     )
     if doomed:
-        Job.objects.using(db).filter(pk=job.pk).update(
-            status=Job.Status.CANCELLED, finished_at=now, window_key=None, unique_lock=None
-        )
+        lifecycle.cancel([job.pk], now=now, using=db)
         job.status, job.finished_at = Job.Status.CANCELLED, now
         job.window_key = job.unique_lock = None
         logger.info(
@@ -634,10 +632,7 @@ def _expire_stale(plan: Plan, now: datetime, db: str) -> None:
         ids = list(qs.values_list("pk", flat=True))
         if not ids:
             return  # a worker expired or claimed it meanwhile
-        Job.objects.using(db).filter(pk__in=ids).update(
-            status=Job.Status.EXPIRED, finished_at=now, window_key=None, unique_lock=None
-        )
-        cancel_dependents(ids, now=now, using=db)
+        lifecycle.expire(ids, now=now, using=db)
     logger.info(
         "job(s) %s expired before a worker started them; the new call opens a new job",
         ids,
