@@ -275,6 +275,18 @@ class _DeadLetterRetrier(Protocol):
     def retry_dead_letter(self, letter: DeadLetter, *, force: bool) -> Job | None: ...
 
 
+class DeadLetterQuerySet(models.QuerySet["DeadLetter"]):
+    """Dead letters; ``bulk_create`` fills a missing ``kind`` as ``save()`` does."""
+
+    def bulk_create(self, objs: Any, *args: Any, **kwargs: Any) -> list[DeadLetter]:
+        """Insert ``objs``, first deriving the ``kind`` of each that has none from its reason."""
+        objs = list(objs)
+        for letter in objs:
+            if not letter.kind:
+                letter.kind = DeadLetter.Kind.of_reason(letter.reason)
+        return super().bulk_create(objs, *args, **kwargs)
+
+
 class DeadLetter(models.Model):
     """The record of a job that will not run again on its own (§8)."""
 
@@ -326,6 +338,8 @@ class DeadLetter(models.Model):
     retry_depth = models.PositiveIntegerField(default=0)
     """How many dead-letter retries led to this entry's job (0: its job was never a retry)."""
 
+    objects = DeadLetterQuerySet.as_manager()
+
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [
@@ -343,9 +357,10 @@ class DeadLetter(models.Model):
     def save(self, *args: Any, **kwargs: Any) -> None:
         """Save the row, deriving ``kind`` from ``reason`` when it was not set.
 
-        The package writes entries through
+        The package builds entries with
         :func:`django_debounce.lifecycle.new_dead_letter`, which sets ``kind``;
-        this covers a row created directly (``DeadLetter.objects.create(...)``).
+        this (and :meth:`DeadLetterQuerySet.bulk_create`) covers a row built
+        any other way, so no row is ever stored without its kind.
         """
         if not self.kind:
             self.kind = self.Kind.of_reason(self.reason)
