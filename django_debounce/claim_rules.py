@@ -1,0 +1,435 @@
+"""The rules that decide whether a READY job may be claimed now, written once (contract §4.5, §6).
+
+Two kinds of rule, each kept here in one form that both the claim and the
+admin's "held back by" explanation (:mod:`django_debounce.hold_reasons`) use:
+
+* **Row rules**, as query expressions the claim's SQL applies: the job is due
+  (:func:`due`), no other job of its debounce key is RUNNING under a live lease
+  or READY and due ahead of it (:func:`jobs_ahead_in_key`), and every
+  dependency succeeded (:func:`unmet_dependencies`). :func:`claimable_jobs` is
+  the claim's candidate query built from them. :func:`row_holds` explains
+  the same rules for one job from what those predicates found.
+* **Flow-control rules** of a task (its :class:`Gate`: circuit breaker,
+  concurrency cap, rate limit), as the pure function :func:`verdict`: admit,
+  hold or shed, with every reason and until when. The claim's admission
+  (:mod:`django_debounce.admission`) acts on the verdict under row locks; the
+  admin shows its reasons.
+
+Nothing here writes, locks or (except :func:`claimable_jobs` and the
+predicates, which only build querysets) touches the database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models.expressions import Combinable
+from django.utils import timezone
+
+from . import registry
+from .breaker import HALF_OPEN, OPEN, CircuitBreaker
+from .models import Job, JobDependency, TaskState
+from .throttle import EPSILON, TokenBucket, bucket_for
+
+if TYPE_CHECKING:
+    from .tasks import TaskOptions
+
+Status = Job.Status
+
+#: A value a row predicate compares with: a plain value (one job's own) or an ``OuterRef``.
+RowValue = Any
+
+
+# -- row rules: query expressions --------------------------------------------------------
+
+
+def live_lease(now: datetime | Combinable) -> Q:
+    """Return the filter of jobs RUNNING under a live lease at ``now`` (``lease_expires_at > now``).
+
+    Such a job counts against its task's concurrency cap, holds back the other
+    jobs of its debounce key, and, as a half-open breaker's probe, keeps the
+    breaker's other jobs waiting (§4.5, §6). A lapsed lease counts for none of
+    these: its worker is presumed dead.
+    """
+    return Q(status=Status.RUNNING, lease_expires_at__gt=now)
+
+
+def due(now: datetime | Combinable) -> Q:
+    """Return the filter of READY jobs whose ``run_at`` has come (``run_at <= now``, §11)."""
+    return Q(status=Status.READY, run_at__lte=now)
+
+
+def jobs_ahead_in_key(
+    now: datetime | Combinable, *, key_hash: RowValue, pk: RowValue, run_at: RowValue
+) -> QuerySet[Job]:
+    """Return the jobs of a debounce key that hold back the job ``(key_hash, pk, run_at)`` (§4.5).
+
+    Another job of the same key that is RUNNING under a live lease, or READY
+    and ahead of it in line (an earlier ``run_at``, or the same ``run_at`` and
+    a smaller id).
+
+    Args:
+        now: the claim's instant (aware datetime, or an expression).
+        key_hash, pk, run_at: the held job's values, or ``OuterRef("key_hash")``
+            etc. to use it as the correlated subquery of the claim.
+    """
+    return (
+        Job.objects.filter(key_hash=key_hash)
+        .exclude(pk=pk)
+        .filter(
+            live_lease(now)
+            | Q(status=Status.READY, run_at__lt=run_at)
+            | Q(status=Status.READY, run_at=run_at, pk__lt=pk)
+        )
+    )
+
+
+def unmet_dependencies(job: RowValue) -> QuerySet[JobDependency]:
+    """Return the dependency links of ``job`` (an id or ``OuterRef("pk")``) not SUCCESSFUL yet (§6)."""
+    return JobDependency.objects.filter(job=job).exclude(dependency__status=Status.SUCCESSFUL)
+
+
+def claimable_jobs(
+    now: datetime | Combinable, queues: Sequence[str] | None = None
+) -> QuerySet[Job]:
+    """Return the queryset of jobs a worker may claim at ``now``, in claim order.
+
+    Due (``run_at <= now``), READY, in ``queues`` (all when ``None`` or
+    empty), and not held back by another job of the same debounce key that is
+    RUNNING under a live lease or READY and due ahead of it (§4.5), nor by a
+    dependency that has not succeeded yet (§6; a job without dependencies costs
+    one probe of the ``JobDependency.job`` index). Ordered by priority
+    (highest first), then ``run_at``, then id. Flow control (:func:`verdict`)
+    is applied to these candidates afterwards.
+    """
+    ahead = jobs_ahead_in_key(
+        now, key_hash=OuterRef("key_hash"), pk=OuterRef("pk"), run_at=OuterRef("run_at")
+    )
+    qs = Job.objects.filter(due(now))
+    if queues:
+        qs = qs.filter(queue__in=list(queues))
+    qs = qs.filter(Q(key_hash__isnull=True) | ~Exists(ahead))
+    qs = qs.filter(~Exists(unmet_dependencies(OuterRef("pk"))))
+    return qs.order_by("-priority", "run_at", "id")
+
+
+# -- reasons ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Hold:
+    """One reason a READY job is not claimed now.
+
+    Attributes:
+        code: ``"not_due"``, ``"expired"``, ``"dependency"``, ``"key"``,
+            ``"busy"`` (the task's state row is locked by another claim),
+            ``"breaker"``, ``"probe"``, ``"concurrency"``, ``"rate_limit"``,
+            ``"shed"`` (drop-mode bucket empty: the next claim sheds it) or
+            ``"unknown_task"`` (not registered here: flow control unknown).
+        text: the reason in operators' words (plain text).
+        job_id: a related job (the dependency, the run of the key, the probe), or ``None``.
+        until: when this hold ends at the earliest, if known.
+    """
+
+    code: str
+    text: str
+    job_id: int | None = None
+    until: datetime | None = None
+
+
+def when_text(value: datetime) -> str:
+    """Return ``value`` in the current time zone as ``YYYY-MM-DD HH:MM:SS`` (for reasons)."""
+    return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def row_holds(
+    job: Job,
+    *,
+    now: datetime,
+    waiting: Sequence[tuple[int, str]],
+    ahead: Sequence[tuple[int, str]],
+) -> list[Hold]:
+    """Explain the row rules of :func:`claimable_jobs` for the READY ``job`` at ``now`` (pure).
+
+    Args:
+        job: a READY job.
+        now: the instant to judge at (aware datetime).
+        waiting: ``(id, status)`` of its dependencies not SUCCESSFUL yet
+            (:func:`unmet_dependencies`), in id order.
+        ahead: ``(id, status)`` of the jobs of its key ahead of it
+            (:func:`jobs_ahead_in_key`), in id order.
+
+    Returns:
+        In this order: not due until ``run_at``; expired (the next claim ends
+        it EXPIRED, §6); each dependency not successful; another run of its key
+        in flight, else an earlier job of its key due ahead of it (§4.5).
+    """
+    holds: list[Hold] = []
+    if job.run_at > now:
+        holds.append(Hold("not_due", f"not due until {when_text(job.run_at)}", until=job.run_at))
+    if job.expires_at is not None and job.expires_at <= now:
+        holds.append(
+            Hold(
+                "expired",
+                f"expired at {when_text(job.expires_at)}: the next claim ends it EXPIRED, unrun",
+            )
+        )
+    for pk, status in waiting:
+        holds.append(
+            Hold("dependency", f"dependency not yet successful: #{pk} ({status})", job_id=pk)
+        )
+    running = [pk for pk, status in ahead if status == Status.RUNNING]
+    if running:
+        holds.append(
+            Hold("key", f"another run of its key in flight: #{running[0]}", job_id=running[0])
+        )
+    elif ahead:
+        pk = ahead[0][0]
+        holds.append(Hold("key", f"an earlier job of its key is due ahead of it: #{pk}", pk))
+    return holds
+
+
+# -- flow-control rules: the gate and its verdict -----------------------------------------
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The flow-control options of one task name, as the claim sees them (§6).
+
+    Attributes:
+        task_name: the task's registered name.
+        bucket: its token bucket, or ``None`` without ``rate_limit=``.
+        drop: ``on_excess="drop"``: a job with no token is shed, not deferred.
+        concurrency: the cap on RUNNING jobs, or ``None``.
+        breaker: the circuit breaker, or ``None``.
+    """
+
+    task_name: str
+    bucket: TokenBucket | None
+    drop: bool
+    concurrency: int | None
+    breaker: CircuitBreaker | None
+
+
+def gate_for(name: str, options: TaskOptions) -> Gate | None:
+    """Return the :class:`Gate` of a task's options, or ``None`` when nothing gates it."""
+    if options.rate_limit is None and options.concurrency is None and not options.circuit_breaker:
+        return None
+    return Gate(
+        task_name=name,
+        bucket=(
+            bucket_for(options.rate_limit, options.rate_limit_burst)
+            if options.rate_limit is not None
+            else None
+        ),
+        drop=options.on_excess == "drop",
+        concurrency=options.concurrency,
+        breaker=options.circuit_breaker,
+    )
+
+
+def current_gates() -> dict[str, Gate]:
+    """Return the gates of every task registered in this process, by task name.
+
+    Empty when no task has a rate limit, a concurrency cap or a breaker: the
+    claim then takes its fast path (no extra queries). Pure Python, no query.
+    """
+    gates: dict[str, Gate] = {}
+    for name, registered in registry.all_tasks().items():
+        gate = gate_for(name, registered.options)
+        if gate is not None:
+            gates[name] = gate
+    return gates
+
+
+def task_gate(task_name: str) -> tuple[Gate | None, bool]:
+    """Return ``(gate, registered)`` of ``task_name`` in this process's registry (no query)."""
+    task = registry.lookup(task_name)
+    if task is None:
+        return None, False
+    return gate_for(task_name, task.options), True
+
+
+def shed_reason(gate: Gate) -> tuple[str, dict[str, Any]]:
+    """Return the dead letter's ``(reason, metadata)`` for a job dropped by ``gate``'s rate limit (§6)."""
+    assert gate.bucket is not None
+    text = gate.bucket.text
+    return (
+        f"shed: rate limit {text} exceeded",
+        {"shed": True, "rate_limit": text, "capacity": gate.bucket.capacity},
+    )
+
+
+def next_token_at(bucket: TokenBucket, level: float, now: datetime) -> datetime | None:
+    """Return when a bucket at ``level`` now next holds a whole token; ``None`` if it holds one.
+
+    The refill is continuous (§6, token bucket): after ``(1 - level) / per_second`` seconds.
+    """
+    if level >= 1 - EPSILON:
+        return None
+    return now + timedelta(seconds=(1 - level) / bucket.per_second)
+
+
+Kind = Literal["admit", "hold", "shed"]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a task's flow control says of one job at one instant (:func:`verdict`).
+
+    Attributes:
+        kind: ``"admit"`` (the job may start), ``"hold"`` (it stays READY with
+            its ``run_at``) or ``"shed"`` (an ``on_excess="drop"`` job without
+            a token: it is dead-lettered ``shed:``).
+        reasons: why not ``"admit"``, in rule order (breaker, concurrency,
+            rate limit); the first decides the kind. Empty when admitted.
+        probe: when admitted, whether the job runs as the breaker's probe
+            (the breaker turns half-open).
+        level: the token bucket's level at the instant, or ``None`` without a
+            rate limit.
+    """
+
+    kind: Kind
+    reasons: tuple[Hold, ...] = ()
+    probe: bool = False
+    level: float | None = None
+
+    @property
+    def until(self) -> datetime | None:
+        """When the deciding reason ends at the earliest, if known."""
+        return self.reasons[0].until if self.reasons else None
+
+
+def verdict(
+    gate: Gate,
+    state: TaskState | None,
+    *,
+    now: datetime,
+    in_use: int = 0,
+    probe_live: bool = False,
+    job_id: int | None = None,
+    every: bool = False,
+) -> Verdict:
+    """Decide whether ``gate``'s task may start one more job at ``now`` (§6; pure, no query).
+
+    The rules, in this order (the first that holds decides):
+
+    * **circuit breaker**: open before ``opened_at + reset`` (or with no
+      opening time stored) holds; open after it admits the job as the probe;
+      half-open holds while the probe is RUNNING under a live lease
+      (``probe_live``), else the job becomes the new probe.
+    * **concurrency**: ``in_use`` at or above the cap holds.
+    * **rate limit**: a bucket without a whole token holds the job, or sheds
+      it for ``on_excess="drop"`` (a breaker never sheds).
+
+    Args:
+        gate: the task's flow-control options.
+        state: its ``TaskState`` row as read (not changed here), or ``None``
+            when it has none (a full bucket, a closed breaker).
+        now: the instant to judge at (aware datetime).
+        in_use: the task's RUNNING jobs under a live lease plus those the
+            current claim already admitted.
+        probe_live: whether the half-open breaker's probe job is still RUNNING
+            under a live lease.
+        job_id: the job judged, if any; the live probe never holds itself.
+        every: list every reason that applies (the admin), instead of
+            stopping at the first (the claim).
+
+    Returns:
+        A :class:`Verdict`; the reasons' texts use the current time zone.
+    """
+    reasons: list[Hold] = []
+    probe = False
+    breaker_state = state.breaker_state if state is not None else TaskState.BreakerState.CLOSED
+    if gate.breaker is not None:
+        opened_at = state.opened_at if state is not None else None
+        if breaker_state == OPEN and opened_at is None:
+            reasons.append(Hold("breaker", "circuit breaker open (no opening time stored)"))
+        elif breaker_state == OPEN and opened_at is not None:
+            reset_due = opened_at + gate.breaker.reset
+            if now < reset_due:
+                failures = state.failures if state is not None else 0
+                reasons.append(
+                    Hold(
+                        "breaker",
+                        f"circuit breaker open until {when_text(reset_due)} "
+                        f"({failures} consecutive failures); then one job runs as the probe",
+                        until=reset_due,
+                    )
+                )
+            else:
+                probe = True
+        elif breaker_state == HALF_OPEN:
+            probe_id = state.probe_job_id if state is not None else None
+            if probe_live and probe_id != job_id:
+                reasons.append(
+                    Hold(
+                        "probe",
+                        f"circuit breaker half-open: probe #{probe_id} is running",
+                        job_id=probe_id,
+                    )
+                )
+            else:
+                probe = True
+    if reasons and not every:
+        return Verdict("hold", tuple(reasons))
+    if gate.concurrency is not None and in_use >= gate.concurrency:
+        reasons.append(
+            Hold("concurrency", f"concurrency cap full ({in_use}/{gate.concurrency} running)")
+        )
+        if not every:
+            return Verdict("hold", tuple(reasons))
+    level = None
+    if gate.bucket is not None:
+        bucket = gate.bucket
+        level = bucket.level(
+            state.tokens if state is not None else None,
+            state.tokens_at if state is not None else None,
+            now,
+        )
+        token_at = next_token_at(bucket, level, now)
+        if token_at is not None:
+            if gate.drop:
+                reasons.append(
+                    Hold(
+                        "shed",
+                        f"no token (rate limit {bucket.text}, on_excess='drop'): a claim before "
+                        f"~{when_text(token_at)} sheds it",
+                        until=token_at,
+                    )
+                )
+            else:
+                reasons.append(
+                    Hold(
+                        "rate_limit",
+                        f"no token until ~{when_text(token_at)} (rate limit {bucket.text})",
+                        until=token_at,
+                    )
+                )
+    if not reasons:
+        return Verdict("admit", probe=probe, level=level)
+    kind: Kind = "shed" if reasons[0].code == "shed" else "hold"
+    return Verdict(kind, tuple(reasons), level=level)
+
+
+__all__ = [
+    "Gate",
+    "Hold",
+    "Verdict",
+    "claimable_jobs",
+    "current_gates",
+    "due",
+    "gate_for",
+    "jobs_ahead_in_key",
+    "live_lease",
+    "next_token_at",
+    "row_holds",
+    "shed_reason",
+    "task_gate",
+    "unmet_dependencies",
+    "verdict",
+]
