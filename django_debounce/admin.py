@@ -50,6 +50,7 @@ from .admin_helpers import (
     time_column,
     time_text,
 )
+from .claim_rules import live_lease
 from .exceptions import DebounceError
 from .models import DeadLetter, Job, OpenWindow, QueueState, TaskState
 
@@ -751,11 +752,7 @@ class TaskStateAdmin(ReadOnlyAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         now = timezone.now()
         running = (
-            Job.objects.filter(
-                task_name=OuterRef("task_name"),
-                status=Job.Status.RUNNING,
-                lease_expires_at__gt=now,
-            )
+            Job.objects.filter(live_lease(now), task_name=OuterRef("task_name"))
             .order_by()
             .values("task_name")
             .annotate(n=Count("pk"))
