@@ -40,10 +40,6 @@ if TYPE_CHECKING:
 
 Status = Job.Status
 
-#: A value a row predicate compares with: a plain value (one job's own) or an ``OuterRef``.
-RowValue = Any
-
-
 # -- row rules: query expressions --------------------------------------------------------
 
 
@@ -64,7 +60,11 @@ def due(now: datetime | Combinable) -> Q:
 
 
 def jobs_ahead_in_key(
-    now: datetime | Combinable, *, key_hash: RowValue, pk: RowValue, run_at: RowValue
+    now: datetime | Combinable,
+    *,
+    key_hash: str | OuterRef,
+    pk: int | OuterRef,
+    run_at: datetime | OuterRef,
 ) -> QuerySet[Job]:
     """Return the jobs of a debounce key that hold back the job ``(key_hash, pk, run_at)`` (§4.5).
 
@@ -88,7 +88,7 @@ def jobs_ahead_in_key(
     )
 
 
-def unmet_dependencies(job: RowValue) -> QuerySet[JobDependency]:
+def unmet_dependencies(job: int | OuterRef) -> QuerySet[JobDependency]:
     """Return the dependency links of ``job`` (an id or ``OuterRef("pk")``) not SUCCESSFUL yet (§6)."""
     return JobDependency.objects.filter(job=job).exclude(dependency__status=Status.SUCCESSFUL)
 
