@@ -21,10 +21,11 @@ predicates, which only build querysets) touches the database.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.db.models.expressions import Combinable
@@ -277,16 +278,26 @@ def next_token_at(bucket: TokenBucket, level: float, now: datetime) -> datetime 
 Kind = Literal["admit", "hold", "shed"]
 
 
-@dataclass(frozen=True)
+class _Reason(NamedTuple):
+    """A reason found by :func:`verdict`, its text written only if someone reads it."""
+
+    code: str
+    text: Callable[[], str]
+    job_id: int | None = None
+    until: datetime | None = None
+
+
+@dataclass
 class Verdict:
     """What a task's flow control says of one job at one instant (:func:`verdict`).
+
+    Treat it as read-only (not frozen only because the claim makes one per
+    candidate, and a plain dataclass is built several times faster).
 
     Attributes:
         kind: ``"admit"`` (the job may start), ``"hold"`` (it stays READY with
             its ``run_at``) or ``"shed"`` (an ``on_excess="drop"`` job without
             a token: it is dead-lettered ``shed:``).
-        reasons: why not ``"admit"``, in rule order (breaker, concurrency,
-            rate limit); the first decides the kind. Empty when admitted.
         probe: when admitted, whether the job runs as the breaker's probe
             (the breaker turns half-open).
         level: the token bucket's level at the instant, or ``None`` without a
@@ -294,14 +305,23 @@ class Verdict:
     """
 
     kind: Kind
-    reasons: tuple[Hold, ...] = ()
+    found: tuple[_Reason, ...] = ()
     probe: bool = False
     level: float | None = None
+
+    @cached_property
+    def reasons(self) -> tuple[Hold, ...]:
+        """Why not ``"admit"``, in rule order (breaker, concurrency, rate limit); empty when admitted.
+
+        The first decides the kind. The texts are written here, on first
+        read (the claim never reads them), in the current time zone.
+        """
+        return tuple(Hold(r.code, r.text(), r.job_id, r.until) for r in self.found)
 
     @property
     def until(self) -> datetime | None:
         """When the deciding reason ends at the earliest, if known."""
-        return self.reasons[0].until if self.reasons else None
+        return self.found[0].until if self.found else None
 
 
 def verdict(
@@ -340,52 +360,56 @@ def verdict(
             stopping at the first (the claim).
 
     Returns:
-        A :class:`Verdict`; the reasons' texts use the current time zone.
+        A :class:`Verdict`.
     """
-    reasons: list[Hold] = []
+    found: list[_Reason] = []
     probe = False
-    breaker_state = state.breaker_state if state is not None else TaskState.BreakerState.CLOSED
-    if gate.breaker is not None:
-        opened_at = state.opened_at if state is not None else None
-        if breaker_state == OPEN and opened_at is None:
-            reasons.append(Hold("breaker", "circuit breaker open (no opening time stored)"))
-        elif breaker_state == OPEN and opened_at is not None:
-            reset_due = opened_at + gate.breaker.reset
+    if gate.breaker is not None and state is not None:
+        breaker_state = state.breaker_state
+        if breaker_state == OPEN and state.opened_at is None:
+            found.append(
+                _Reason("breaker", lambda: "circuit breaker open (no opening time stored)")
+            )
+        elif breaker_state == OPEN and state.opened_at is not None:
+            reset_due = state.opened_at + gate.breaker.reset
             if now < reset_due:
-                failures = state.failures if state is not None else 0
-                reasons.append(
-                    Hold(
+                failures = state.failures
+                found.append(
+                    _Reason(
                         "breaker",
-                        f"circuit breaker open until {when_text(reset_due)} "
-                        f"({failures} consecutive failures); then one job runs as the probe",
+                        lambda: (
+                            f"circuit breaker open until {when_text(reset_due)} "
+                            f"({failures} consecutive failures); then one job runs as the probe"
+                        ),
                         until=reset_due,
                     )
                 )
             else:
                 probe = True
         elif breaker_state == HALF_OPEN:
-            probe_id = state.probe_job_id if state is not None else None
+            probe_id = state.probe_job_id
             if probe_live and probe_id != job_id:
-                reasons.append(
-                    Hold(
+                found.append(
+                    _Reason(
                         "probe",
-                        f"circuit breaker half-open: probe #{probe_id} is running",
+                        lambda: f"circuit breaker half-open: probe #{probe_id} is running",
                         job_id=probe_id,
                     )
                 )
             else:
                 probe = True
-    if reasons and not every:
-        return Verdict("hold", tuple(reasons))
-    if gate.concurrency is not None and in_use >= gate.concurrency:
-        reasons.append(
-            Hold("concurrency", f"concurrency cap full ({in_use}/{gate.concurrency} running)")
+    if found and not every:
+        return Verdict("hold", tuple(found))
+    cap = gate.concurrency
+    if cap is not None and in_use >= cap:
+        found.append(
+            _Reason("concurrency", lambda: f"concurrency cap full ({in_use}/{cap} running)")
         )
         if not every:
-            return Verdict("hold", tuple(reasons))
+            return Verdict("hold", tuple(found))
     level = None
-    if gate.bucket is not None:
-        bucket = gate.bucket
+    bucket = gate.bucket
+    if bucket is not None:
         level = bucket.level(
             state.tokens if state is not None else None,
             state.tokens_at if state is not None else None,
@@ -394,26 +418,28 @@ def verdict(
         token_at = next_token_at(bucket, level, now)
         if token_at is not None:
             if gate.drop:
-                reasons.append(
-                    Hold(
+                found.append(
+                    _Reason(
                         "shed",
-                        f"no token (rate limit {bucket.text}, on_excess='drop'): a claim before "
-                        f"~{when_text(token_at)} sheds it",
+                        lambda: (
+                            f"no token (rate limit {bucket.text}, on_excess='drop'): a claim "
+                            f"before ~{when_text(token_at)} sheds it"
+                        ),
                         until=token_at,
                     )
                 )
             else:
-                reasons.append(
-                    Hold(
+                found.append(
+                    _Reason(
                         "rate_limit",
-                        f"no token until ~{when_text(token_at)} (rate limit {bucket.text})",
+                        lambda: f"no token until ~{when_text(token_at)} (rate limit {bucket.text})",
                         until=token_at,
                     )
                 )
-    if not reasons:
+    if not found:
         return Verdict("admit", probe=probe, level=level)
-    kind: Kind = "shed" if reasons[0].code == "shed" else "hold"
-    return Verdict(kind, tuple(reasons), level=level)
+    kind: Kind = "shed" if found[0].code == "shed" else "hold"
+    return Verdict(kind, tuple(found), level=level)
 
 
 __all__ = [
