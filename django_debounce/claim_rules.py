@@ -127,7 +127,6 @@ class Hold:
 
     Attributes:
         code: ``"not_due"``, ``"expired"``, ``"dependency"``, ``"key"``,
-            ``"busy"`` (the task's state row is locked by another claim),
             ``"breaker"``, ``"probe"``, ``"concurrency"``, ``"rate_limit"``,
             ``"shed"`` (drop-mode bucket empty: the next claim sheds it) or
             ``"unknown_task"`` (not registered here: flow control unknown).
