@@ -7,8 +7,9 @@ admin's "held back by" explanation (:mod:`django_debounce.hold_reasons`) use:
   (:func:`due`), no other job of its debounce key is RUNNING under a live lease
   or READY and due ahead of it (:func:`jobs_ahead_in_key`), and every
   dependency succeeded (:func:`unmet_dependencies`). :func:`claimable_jobs` is
-  the claim's candidate query built from them. :func:`row_holds` explains
-  the same rules for one job from what those predicates found.
+  the claim's candidate query built from them; the admin explains them for
+  one job from what those same predicates find
+  (:func:`django_debounce.hold_reasons.row_holds`).
 * **Flow-control rules** of a task (its :class:`Gate`: circuit breaker,
   concurrency cap, rate limit), as the pure function :func:`verdict`: admit,
   hold or shed, with every reason and until when. The claim's admission
@@ -144,53 +145,6 @@ class Hold:
 def when_text(value: datetime) -> str:
     """Return ``value`` in the current time zone as ``YYYY-MM-DD HH:MM:SS`` (for reasons)."""
     return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def row_holds(
-    job: Job,
-    *,
-    now: datetime,
-    waiting: Sequence[tuple[int, str]],
-    ahead: Sequence[tuple[int, str]],
-) -> list[Hold]:
-    """Explain the row rules of :func:`claimable_jobs` for the READY ``job`` at ``now`` (pure).
-
-    Args:
-        job: a READY job.
-        now: the instant to judge at (aware datetime).
-        waiting: ``(id, status)`` of its dependencies not SUCCESSFUL yet
-            (:func:`unmet_dependencies`), in id order.
-        ahead: ``(id, status)`` of the jobs of its key ahead of it
-            (:func:`jobs_ahead_in_key`), in id order.
-
-    Returns:
-        In this order: not due until ``run_at``; expired (the next claim ends
-        it EXPIRED, §6); each dependency not successful; another run of its key
-        in flight, else an earlier job of its key due ahead of it (§4.5).
-    """
-    holds: list[Hold] = []
-    if job.run_at > now:
-        holds.append(Hold("not_due", f"not due until {when_text(job.run_at)}", until=job.run_at))
-    if job.expires_at is not None and job.expires_at <= now:
-        holds.append(
-            Hold(
-                "expired",
-                f"expired at {when_text(job.expires_at)}: the next claim ends it EXPIRED, unrun",
-            )
-        )
-    for pk, status in waiting:
-        holds.append(
-            Hold("dependency", f"dependency not yet successful: #{pk} ({status})", job_id=pk)
-        )
-    running = [pk for pk, status in ahead if status == Status.RUNNING]
-    if running:
-        holds.append(
-            Hold("key", f"another run of its key in flight: #{running[0]}", job_id=running[0])
-        )
-    elif ahead:
-        pk = ahead[0][0]
-        holds.append(Hold("key", f"an earlier job of its key is due ahead of it: #{pk}", pk))
-    return holds
 
 
 # -- flow-control rules: the gate and its verdict -----------------------------------------
@@ -452,7 +406,6 @@ __all__ = [
     "jobs_ahead_in_key",
     "live_lease",
     "next_token_at",
-    "row_holds",
     "shed_reason",
     "task_gate",
     "unmet_dependencies",

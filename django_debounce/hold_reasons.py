@@ -18,6 +18,7 @@ row locks a moment later and may see a different state.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -31,7 +32,6 @@ from .claim_rules import (
     jobs_ahead_in_key,
     live_lease,
     next_token_at,
-    row_holds,
     task_gate,
     unmet_dependencies,
     verdict,
@@ -135,6 +135,53 @@ def flow_view(
 def count_running(task_name: str, *, now: datetime, using: str = DEFAULT_DB_ALIAS) -> int:
     """Return the task's RUNNING jobs under a live lease (``lease_expires_at > now``), as the cap counts."""
     return Job.objects.using(using).filter(live_lease(now), task_name=task_name).count()
+
+
+def row_holds(
+    job: Job,
+    *,
+    now: datetime,
+    waiting: Sequence[tuple[int, str]],
+    ahead: Sequence[tuple[int, str]],
+) -> list[Hold]:
+    """Explain the row rules of :func:`~.claim_rules.claimable_jobs` for the READY ``job`` (pure).
+
+    Args:
+        job: a READY job.
+        now: the instant to judge at (aware datetime).
+        waiting: ``(id, status)`` of its dependencies not SUCCESSFUL yet
+            (:func:`~.claim_rules.unmet_dependencies`), in id order.
+        ahead: ``(id, status)`` of the jobs of its key ahead of it
+            (:func:`~.claim_rules.jobs_ahead_in_key`), in id order.
+
+    Returns:
+        In this order: not due until ``run_at``; expired (the next claim ends
+        it EXPIRED, §6); each dependency not successful; another run of its key
+        in flight, else an earlier job of its key due ahead of it (§4.5).
+    """
+    holds: list[Hold] = []
+    if job.run_at > now:
+        holds.append(Hold("not_due", f"not due until {_when(job.run_at)}", until=job.run_at))
+    if job.expires_at is not None and job.expires_at <= now:
+        holds.append(
+            Hold(
+                "expired",
+                f"expired at {_when(job.expires_at)}: the next claim ends it EXPIRED, unrun",
+            )
+        )
+    for pk, status in waiting:
+        holds.append(
+            Hold("dependency", f"dependency not yet successful: #{pk} ({status})", job_id=pk)
+        )
+    running = [pk for pk, status in ahead if status == Status.RUNNING]
+    if running:
+        holds.append(
+            Hold("key", f"another run of its key in flight: #{running[0]}", job_id=running[0])
+        )
+    elif ahead:
+        pk = ahead[0][0]
+        holds.append(Hold("key", f"an earlier job of its key is due ahead of it: #{pk}", pk))
+    return holds
 
 
 def held_back(
@@ -282,5 +329,6 @@ __all__ = [
     "flow_control_notes",
     "flow_view",
     "held_back",
+    "row_holds",
     "task_gate",
 ]
