@@ -28,13 +28,10 @@ import logging
 import os
 import queue as queue_module
 import random
-import re
-import reprlib
 import signal
 import socket
 import threading
 import time
-import traceback as traceback_module
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -62,12 +59,14 @@ from .codel import apply_codel
 from .conf import settings
 from .context import JobContext
 from .core import is_contention
+from .db_errors import is_transient
 from .dependencies import cancel_dependents
-from .exceptions import PayloadError, UnknownTaskError
+from .exceptions import UnknownTaskError
 from .models import DeadLetter, Job, JobDependency
 from .retry import backoff_delay
 from .shedding import shed_job
 from .signals import job_dead_lettered, job_finished, job_started, send_signal
+from .storable import ascii_text, format_error, format_traceback, short_repr, storable_result
 from .sweep import auto_retry
 
 logger = logging.getLogger("django_debounce.worker")
@@ -81,164 +80,6 @@ LOOP_RECHECK_AFTER = 1.0
 CLAIM_ATTEMPTS = 5
 
 Status = Job.Status
-
-
-#: Most characters of an error message or a traceback stored on a job and its dead
-#: letter; the rest is cut (a 20 MB exception message must not make the write fail).
-MAX_ERROR_CHARS = 65_536
-#: Most characters of the ``repr`` recorded for a result the codec cannot store.
-MAX_REPR_CHARS = 10_000
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def storable_text(text: str, limit: int | None = None) -> str:
-    """Return ``text`` in a form every supported database stores.
-
-    NUL characters (PostgreSQL refuses them) and lone surrogates (not Unicode
-    text: no driver can encode them, e.g. from ``os.fsdecode(b"\\xff")``)
-    become U+FFFD; text longer than ``limit`` characters is cut to ``limit``
-    characters, its end a note of how much was cut.
-    """
-    if "\x00" in text:
-        text = text.replace("\x00", "\ufffd")
-    if not text.isascii():
-        text = _SURROGATE.sub("\ufffd", text)
-    if limit is not None and len(text) > limit:
-        # The note counts against the limit: cut for the longest note this text can need.
-        keep = limit - len(f"… [cut: {len(text):,} more characters]")
-        text = f"{text[:keep]}… [cut: {len(text) - keep:,} more characters]"
-    return text
-
-
-class _ShortRepr(reprlib.Repr):
-    """``repr`` that stays short for big or deep values and never raises on a huge int."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.maxlevel = 10
-        self.maxtuple = self.maxlist = self.maxarray = self.maxdict = 100
-        self.maxset = self.maxfrozenset = self.maxdeque = 100
-        self.maxstring = self.maxother = MAX_REPR_CHARS
-        self.maxlong = 100
-
-    def repr_int(self, x: int, level: int) -> str:
-        try:
-            return super().repr_int(x, level)
-        except ValueError:  # more digits than int -> str converts
-            return f"<int of {x.bit_length():,} bits, too long to write in decimal>"
-
-
-_short_repr = _ShortRepr()
-
-
-def _safe_repr(value: Any) -> str:
-    try:
-        text = _short_repr.repr(value)
-    except Exception:  # a repr that raises must not lose the run
-        text = f"<unrepresentable {type(value).__qualname__}>"
-    return storable_text(text, MAX_REPR_CHARS)
-
-
-def storable_result(value: Any) -> Any:
-    """Return the JSON a task's return value is recorded as (§7); never raises.
-
-    The codec's form when it can store the value under the payload limits
-    (decision 29 in docs/decisions.md), after turning NUL characters and
-    lone surrogates in its strings into U+FFFD if it has any. Otherwise a
-    shortened ``repr`` string (at most :data:`MAX_REPR_CHARS` characters): a
-    set or a model instance, an ``int`` of more than 4,300 digits, a value
-    nested more than 31 levels deep or whose JSON is longer than
-    ``DEBOUNCE_MAX_PAYLOAD_BYTES``. A result that cannot be written must never
-    turn a successful run into a rerun.
-    """
-    try:
-        return codec.encode(value, path="result", sized=True)
-    except (PayloadError, ValueError, RecursionError):
-        pass
-    try:
-        return codec.encode(_scrub(value), path="result", sized=True)
-    except (PayloadError, ValueError, RecursionError):
-        return _safe_repr(value)
-
-
-def _scrub(value: Any) -> Any:
-    """Return ``value`` with NUL characters and lone surrogates in its strings made U+FFFD."""
-    if isinstance(value, str):
-        return storable_text(value)
-    if isinstance(value, list | tuple):
-        return [_scrub(item) for item in value]
-    if isinstance(value, dict):
-        return {_scrub(key): _scrub(item) for key, item in value.items()}
-    return value
-
-
-def format_error(exc: BaseException) -> str:
-    """Return ``"dotted.ExceptionClass: message"`` (builtins without module, §11).
-
-    Made storable (:func:`storable_text`) and cut to :data:`MAX_ERROR_CHARS`.
-    """
-    cls = type(exc)
-    name = (
-        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
-    )
-    try:
-        message = str(exc)
-    except Exception:
-        message = "<the exception's message could not be rendered>"
-    return storable_text(f"{name}: {message}", MAX_ERROR_CHARS)
-
-
-def format_traceback(exc: BaseException) -> str:
-    """Return the formatted traceback of ``exc``, storable and cut to :data:`MAX_ERROR_CHARS`."""
-    try:
-        text = "".join(traceback_module.format_exception(exc))
-    except Exception:
-        text = "<the traceback could not be formatted>"
-    return storable_text(text, MAX_ERROR_CHARS)
-
-
-def _ascii(text: str) -> str:
-    """Return ``text`` with every non-ASCII character escaped (``\\xe9``): storable anywhere."""
-    return text.encode("ascii", "backslashreplace").decode("ascii")
-
-
-#: PostgreSQL SQLSTATE classes after which the same write may succeed: connection
-#: exception, transaction rollback (serialization failure, deadlock), insufficient
-#: resources, operator intervention (a server shutting down), system error.
-_PG_TRANSIENT_CLASSES = frozenset({"08", "40", "53", "57", "58"})
-#: MySQL/MariaDB error codes after which the same write may succeed: too many
-#: connections, server shutdown, lock wait timeout, deadlock, and the client's lost or
-#: refused connection (2002, 2003, 2006, 2013, 2055) or idle timeout (4031).
-_MYSQL_TRANSIENT = frozenset({1040, 1053, 1205, 1213, 2002, 2003, 2006, 2013, 2055, 4031})
-
-
-def _transient(exc: BaseException) -> bool:
-    """Return True for an error a later attempt of the same write may not meet.
-
-    A dropped or refused connection, a lock wait, a deadlock, a server
-    shutting down. Not a refusal of the data (PostgreSQL's "program limit
-    exceeded", MySQL's "incorrect string value", a trigger's error), which
-    every attempt would meet again: retrying it through a lease would leave
-    the job RUNNING until another worker ran it again. An
-    ``OperationalError`` of an unknown driver counts as transient.
-    """
-    if isinstance(exc, InterfaceError):
-        return True
-    if not isinstance(exc, OperationalError):
-        return False
-    cause = exc.__cause__
-    module = type(cause).__module__
-    sqlstate = getattr(cause, "sqlstate", None)
-    if sqlstate:  # psycopg; an error without SQLSTATE is a lost connection
-        return sqlstate[:2] in _PG_TRANSIENT_CLASSES or sqlstate == "55P03"
-    if module.startswith("MySQLdb"):
-        code = exc.args[0] if exc.args else None
-        return code in _MYSQL_TRANSIENT
-    if module == "sqlite3":
-        text = str(exc)
-        return "locked" in text or "busy" in text
-    return True
 
 
 def claimable_jobs(now: datetime, queues: Sequence[str] | None = None) -> Any:
@@ -1617,7 +1458,7 @@ class Worker:
                 return write()
             except (OperationalError, InterfaceError) as exc:
                 if (
-                    not _transient(exc)
+                    not is_transient(exc)
                     or time.monotonic() + delay > deadline
                     or conn.in_atomic_block
                 ):
@@ -1666,17 +1507,17 @@ class Worker:
         try:
             self._record_success(job, stored)
         except Exception as exc:
-            if _transient(exc):
+            if is_transient(exc):
                 raise  # the database stayed unreachable for a whole lease: an outage
             self._log_refused(job, "result", exc)
-            fallback = _safe_repr(result)
+            fallback = short_repr(result)
             if fallback == stored:
                 self._bury_unstorable(job, "result", exc)
                 return
             try:
                 self._record_success(job, fallback)
             except Exception as again:
-                if _transient(again):
+                if is_transient(again):
                     raise
                 self._log_refused(job, "short repr of the result", again)
                 self._bury_unstorable(job, "result", again)
@@ -1733,7 +1574,7 @@ class Worker:
         try:
             self._record_failure(job, min_backoff, max_backoff, error, tb)
         except Exception as refused:
-            if _transient(refused):
+            if is_transient(refused):
                 raise  # the database stayed unreachable for a whole lease: an outage
             self._log_refused(job, "error", refused)
             self._bury_unstorable(job, "error", refused, error=error)
@@ -1809,7 +1650,7 @@ class Worker:
         """
         cause = format_error(refused)
         run = "succeeded but its result" if what == "result" else "failed and its error"
-        reason = _ascii(
+        reason = ascii_text(
             f"failed: {job.attempts} attempt(s); the run {run} could not be stored: {cause}"
         )
         try:
@@ -1817,8 +1658,8 @@ class Worker:
                 lambda: self._bury(
                     job,
                     reason=reason[:2000],
-                    error=_ascii(error or cause),
-                    tb=_ascii(format_traceback(refused)),
+                    error=ascii_text(error or cause),
+                    tb=ascii_text(format_traceback(refused)),
                     metadata={"attempts": job.attempts, "unstorable": what},
                 )
             )

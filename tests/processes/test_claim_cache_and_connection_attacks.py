@@ -42,6 +42,7 @@ from django.utils import timezone
 
 from django_debounce import compiled, task
 from django_debounce.models import Job, JobDependency
+from django_debounce.storable import storable_result
 from django_debounce.worker import (
     Worker,
     _anything_claimable,
@@ -51,7 +52,6 @@ from django_debounce.worker import (
     _take_due,
     claim_jobs,
     claimable_jobs,
-    storable_result,
 )
 from tests.conftest import T, child_env, is_postgres
 from tests.factories import JobFactory

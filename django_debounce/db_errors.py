@@ -1,0 +1,58 @@
+"""Which database errors a later attempt of the same write may not meet (contract §7, §11).
+
+The worker retries an outcome write through a dropped connection or a lock
+wait, but not through a refusal of the data, which every attempt would meet
+again. :func:`is_transient` tells the two apart by the driver's error code,
+not by its message (a server may word its messages in another language).
+Lock contention at enqueue and claim is :func:`django_debounce.core.is_contention`.
+"""
+
+from __future__ import annotations
+
+from django.db import InterfaceError, OperationalError
+
+#: PostgreSQL SQLSTATE classes after which the same write may succeed: connection
+#: exception, transaction rollback (serialization failure, deadlock), insufficient
+#: resources, operator intervention (a server shutting down), system error.
+PG_TRANSIENT_CLASSES = frozenset({"08", "40", "53", "57", "58"})
+#: PostgreSQL's ``lock_not_available`` (a lock timeout): transient, though of class 55.
+PG_LOCK_NOT_AVAILABLE = "55P03"
+#: MySQL/MariaDB error codes after which the same write may succeed: too many
+#: connections, server shutdown, lock wait timeout, deadlock, and the client's lost or
+#: refused connection (2002, 2003, 2006, 2013, 2055) or idle timeout (4031).
+MYSQL_TRANSIENT_CODES = frozenset({1040, 1053, 1205, 1213, 2002, 2003, 2006, 2013, 2055, 4031})
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Return True for an error a later attempt of the same write may not meet.
+
+    A dropped or refused connection, a lock wait, a deadlock, a server
+    shutting down: any ``InterfaceError``, and an ``OperationalError`` whose
+    driver error is in :data:`PG_TRANSIENT_CLASSES` (or is
+    :data:`PG_LOCK_NOT_AVAILABLE`; a psycopg error without SQLSTATE is a lost
+    connection), in :data:`MYSQL_TRANSIENT_CODES`, or SQLite's "locked" or
+    "busy". Not a refusal of the data (PostgreSQL's "program limit exceeded",
+    MySQL's "incorrect string value", a trigger's error), which every attempt
+    would meet again: retrying it through a lease would leave the job RUNNING
+    until another worker ran it again. Any other exception is not transient;
+    an ``OperationalError`` of an unknown driver is.
+    """
+    if isinstance(exc, InterfaceError):
+        return True
+    if not isinstance(exc, OperationalError):
+        return False
+    cause = exc.__cause__
+    module = type(cause).__module__
+    sqlstate = getattr(cause, "sqlstate", None)
+    if sqlstate:  # psycopg; an error without SQLSTATE is a lost connection
+        return sqlstate[:2] in PG_TRANSIENT_CLASSES or sqlstate == PG_LOCK_NOT_AVAILABLE
+    if module.startswith("MySQLdb"):
+        code = exc.args[0] if exc.args else None
+        return code in MYSQL_TRANSIENT_CODES
+    if module == "sqlite3":
+        text = str(exc)
+        return "locked" in text or "busy" in text
+    return True
+
+
+__all__ = ["MYSQL_TRANSIENT_CODES", "PG_LOCK_NOT_AVAILABLE", "PG_TRANSIENT_CLASSES", "is_transient"]
