@@ -6,7 +6,7 @@
 
 PostgreSQL only; creates and drops its own database (default ``bench_hH_claim``).
 Each variant starts from ``--jobs`` due READY plain jobs of ``bench.claim.plain``
-(queue ``default``, no key) and claims them all with ``worker.claim_jobs(limit=…)``
+(queue ``default``, no key) and claims them all with ``claim.claim_jobs(limit=…)``
 in one process, one transaction per batch, as a worker's loop would (no task
 runs: the figure is the claim's own cost). Variants, alternated for ``--rounds``:
 
@@ -75,8 +75,8 @@ def claim_all(jobs: int, limit: int) -> tuple[float, int]:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
+    from django_debounce.claim import claim_jobs
     from django_debounce.models import Job
-    from django_debounce.worker import claim_jobs
 
     first = len(claim_jobs(worker_id="bench", limit=limit, lease=timedelta(minutes=10)))
     with CaptureQueriesContext(connection) as captured:

@@ -13,8 +13,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from django_debounce import holds
+from django_debounce.claim import claim_jobs
 from django_debounce.models import DeadLetter, Job, JobDependency, QueueState, TaskState
-from django_debounce.worker import claim_jobs
 from tests.conftest import T
 from tests.db.test_admin import staff, url
 from tests.factories import DeadLetterFactory, JobFactory

@@ -17,8 +17,10 @@ import pytest
 from django.db import connection, transaction
 
 from django_debounce import compiled
+from django_debounce.claim import _take_due, claim_jobs
+from django_debounce.claim_queries import ClaimShape, claimable_jobs
 from django_debounce.models import Job, JobDependency
-from django_debounce.worker import Worker, _ClaimShape, _take_due, claim_jobs, claimable_jobs
+from django_debounce.worker import Worker
 from tests.conftest import T
 from tests.factories import JobFactory
 
@@ -123,7 +125,7 @@ def test_compiled_claim_matches_the_orm_queryset_on_a_mixed_table(clock):
     JobFactory(run_at=T - M, status=Job.Status.FAILED)
     for queues in (None, ["a"], ["b"], ["a", "b"]):
         for limit in (1, 2, 10):
-            shape = _ClaimShape(queues=tuple(queues or ()), busy=(), lock="")
+            shape = ClaimShape(queues=tuple(queues or ()), busy=(), lock="")
             with transaction.atomic():
                 got = [job.pk for job in _take_due(shape, limit=limit, now=T, using="default")]
             assert got == orm_claimable(T, queues, limit), (queues, limit)
@@ -134,9 +136,9 @@ def test_busy_queues_are_left_out_and_keyed(clock):
     a = JobFactory(queue="a", run_at=T - M).pk
     b = JobFactory(queue="b", run_at=T - M).pk
     with transaction.atomic():
-        shape = _ClaimShape(queues=(), busy=("a",), lock="")
+        shape = ClaimShape(queues=(), busy=("a",), lock="")
         assert [job.pk for job in _take_due(shape, limit=5, now=T, using="default")] == [b]
-        shape = _ClaimShape(queues=(), busy=("b",), lock="")
+        shape = ClaimShape(queues=(), busy=("b",), lock="")
         assert [job.pk for job in _take_due(shape, limit=5, now=T, using="default")] == [a]
     assert {shape[0].busy for shape in shapes("claim")} == {("a",), ("b",)}
 

@@ -22,8 +22,8 @@ import pytest
 from django.db import connections, transaction
 
 from django_debounce import CircuitBreaker, registry, task
+from django_debounce.claim import claim_jobs
 from django_debounce.models import DeadLetter, Job, TaskState
-from django_debounce.worker import claim_jobs
 from tests.conftest import T
 from tests.factories import JobFactory
 from tests.procs import in_thread

@@ -21,8 +21,9 @@ from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
 from django_debounce import compiled, registry, task
+from django_debounce.claim import claim_jobs
+from django_debounce.claim_queries import claimable_jobs
 from django_debounce.models import DeadLetter, Job, JobDependency
-from django_debounce.worker import claim_jobs, claimable_jobs
 from tests.conftest import T
 from tests.factories import JobFactory
 

@@ -16,8 +16,8 @@ from django.test import Client
 from django.urls import reverse
 
 from django_debounce import windows
+from django_debounce.claim import claim_jobs
 from django_debounce.models import DeadLetter, Job, JobDependency, TaskState
-from django_debounce.worker import claim_jobs
 from tests.conftest import T, child_env
 from tests.db.test_admin import messages_of, staff
 from tests.factories import DeadLetterFactory, JobFactory

@@ -41,18 +41,11 @@ from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from django_debounce import compiled, task
+from django_debounce.claim import _first_candidates, _take_due, claim_jobs
+from django_debounce.claim_queries import ClaimShape, anything_claimable, claimable_jobs, lock_due
 from django_debounce.models import Job, JobDependency
 from django_debounce.storable import storable_result
-from django_debounce.worker import (
-    Worker,
-    _anything_claimable,
-    _ClaimShape,
-    _first_candidates,
-    _lock_due,
-    _take_due,
-    claim_jobs,
-    claimable_jobs,
-)
+from django_debounce.worker import Worker
 from tests.conftest import T, child_env, is_postgres
 from tests.factories import JobFactory
 from tests.procs import WorkerThread, processes, wait_for
@@ -155,7 +148,7 @@ def test_compiled_claim_and_peek_equal_the_orm_on_random_tables(seed):
     for queues in queue_sets:
         for busy in [(), ("a",), tuple(sorted(rng.sample(ODD_QUEUES, 3)))]:
             for limit in (1, 3, 50):
-                shape = _ClaimShape(queues=tuple(queues or ()), busy=busy, lock=lock)
+                shape = ClaimShape(queues=tuple(queues or ()), busy=busy, lock=lock)
                 for now in nows:
                     with transaction.atomic():
                         got = [
@@ -167,7 +160,7 @@ def test_compiled_claim_and_peek_equal_the_orm_on_random_tables(seed):
                     checked += 1
                     nonempty += bool(want)
         for now in nows:
-            peeked = _anything_claimable(now, queues, "default")
+            peeked = anything_claimable(now, queues, "default")
             assert peeked == claimable_jobs(now, queues).exists(), (queues, now)
     assert nonempty > checked // 4, "the random tables should have claimable jobs"
 
@@ -186,8 +179,8 @@ def test_compiled_gated_candidates_and_job_locks_equal_the_orm_on_random_tables(
     lock = _lock_flavour()
     nonempty = 0
     for queues in [(), ("a",), ("b", "%s")]:
-        shape = _ClaimShape(queues=queues, busy=(), lock=lock)
-        unlocked = _ClaimShape(queues=queues, busy=(), lock="")
+        shape = ClaimShape(queues=queues, busy=(), lock=lock)
+        unlocked = ClaimShape(queues=queues, busy=(), lock="")
         for skip in [(), ("%s",), ("q'uote", "tests.noop")]:
             for batch in (1, 9):
                 for now in (T, T - US, SENTINEL_0):
@@ -204,7 +197,7 @@ def test_compiled_gated_candidates_and_job_locks_equal_the_orm_on_random_tables(
         for now in (T, SENTINEL_1):
             ids = rng.sample(every, 5)
             with transaction.atomic():
-                locked = _lock_due(shape, ids, now, "default")
+                locked = lock_due(shape, ids, now, "default")
             assert locked == set(
                 claimable_jobs(now, queues).filter(pk__in=ids).values_list("pk", flat=True)
             )
@@ -215,7 +208,7 @@ def test_compiled_gated_candidates_and_job_locks_equal_the_orm_on_random_tables(
 def test_compiled_rows_equal_orm_rows_for_every_claimable_job():
     """Each job the compiled claim returns has every field as the ORM loads it."""
     _seed_table(random.Random(7), T, count=24)
-    shape = _ClaimShape(queues=(), busy=(), lock=_lock_flavour())
+    shape = ClaimShape(queues=(), busy=(), lock=_lock_flavour())
     with transaction.atomic():
         jobs = _take_due(shape, limit=100, now=T, using="default")
     assert jobs

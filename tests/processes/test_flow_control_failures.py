@@ -210,8 +210,9 @@ def _backlog(count: int) -> None:
 def test_a_long_sweep_renews_the_leases_of_the_jobs_the_worker_is_running(settings, slow_enqueues):
     from django.utils import timezone
 
+    from django_debounce.claim import claim_jobs
     from django_debounce.models import DeadLetter
-    from django_debounce.worker import Worker, claim_jobs, reclaim_expired_leases
+    from django_debounce.worker import Worker, reclaim_expired_leases
 
     settings.DEBOUNCE_DEAD_LETTER_AUTO_RETRY = AUTO
     _backlog(30)  # 30 retries x 5 s = 150 s, over the 60 s lease

@@ -1,0 +1,347 @@
+"""The claim: take due jobs for a worker, in one short transaction (contract §4.5, §6, §7, §11).
+
+:func:`claim_jobs` is what an executor calls to claim. One short transaction
+selects up to ``limit`` due jobs with ``SELECT … FOR UPDATE SKIP LOCKED``
+(plain ``FOR UPDATE`` where the database lacks SKIP LOCKED; SQLite serialises
+writers with its ``IMMEDIATE`` transactions), ordered by priority (higher
+first), then ``run_at``, then id, and marks them RUNNING in one ``UPDATE``:
+that closes each job's window (``window_key = NULL``), sets the lease and
+counts the attempt. A job is left out while another job of its debounce key is
+RUNNING under a live lease or is due earlier, so runs of one key never overlap
+(§4.5). A claimed job past its expiry is ended EXPIRED instead
+(:func:`~django_debounce.outcomes.expire_jobs`). Tasks run outside any
+transaction; their outcome is written by :mod:`django_debounce.outcomes`.
+
+Which jobs may be claimed and the compiled statements are
+:mod:`django_debounce.claim_queries` (with the one-statement claim PostgreSQL
+uses when no gated task is registered and no CoDel queue is served);
+flow control is :mod:`django_debounce.admission` and :mod:`django_debounce.codel`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db.models.sql.query import Query
+from django.utils import timezone
+
+from . import admission, compiled
+from .claim_queries import (
+    NOW_SLOT,
+    ClaimedBatch,
+    ClaimShape,
+    anything_claimable,
+    claim_in_one_statement,
+    claimable_jobs,
+    lock_due,
+    mark_running,
+    one_statement_applies,
+)
+from .codel import apply_codel
+from .models import Job
+from .outcomes import expire_jobs
+from .shedding import shed_job
+
+Status = Job.Status
+
+
+def claim_jobs(
+    *,
+    worker_id: str,
+    limit: int,
+    lease: timedelta,
+    queues: Sequence[str] | None = None,
+    using: str = DEFAULT_DB_ALIAS,
+    peek: bool = False,
+) -> list[Job]:
+    """Claim up to ``limit`` due jobs for ``worker_id`` in one transaction.
+
+    With ``peek``, first look (without locks) whether anything is claimable and
+    return ``[]`` at once if not: cheaper for a worker that expects an idle queue.
+
+    Flow control (§6): when a registered task has a rate limit, a concurrency
+    cap or a circuit breaker, the due jobs pass :mod:`django_debounce.admission`
+    in this same transaction (the tasks' TaskState rows locked), so the limits
+    hold across every worker; jobs held back stay READY with their ``run_at``
+    and ``on_excess="drop"`` jobs without a token are shed. Only the jobs the
+    claim takes are locked (``_take_admitted``), so a concurrent claim
+    finds the others. With no gated task registered the claim runs exactly as
+    without flow control (no extra query).
+
+    On PostgreSQL, with no gated task, no CoDel queue served and no atomic block
+    around the call, the claim is one autocommit statement
+    (:func:`~django_debounce.claim_queries.claim_in_one_statement`).
+
+    Args:
+        worker_id: the identity written on the claimed jobs (``Job.worker_id``);
+            their outcome writes are fenced on it (§11).
+        limit: most jobs to claim; 0 or less claims nothing (no query).
+        lease: how long each claimed job is held, from the claim's ``now``,
+            before another worker may reclaim it (renew it while it runs).
+        queues: queue names to claim from; ``None`` or empty: every queue.
+        using: database alias.
+        peek: look before locking, as above.
+
+    Returns:
+        The claimed jobs as they are after the claim (RUNNING, attempts
+        counted, lease set), in claim order.
+
+    Raises:
+        OperationalError: the claim lost a deadlock or a lock wait and was
+            rolled back whole, nothing claimed
+            (:func:`~django_debounce.core.is_contention`; claiming again is safe),
+            or the database is unreachable.
+        ConfigurationError: ``DEBOUNCE_QUEUES`` is invalid.
+    """
+    return claim_batch(
+        worker_id=worker_id, limit=limit, lease=lease, queues=queues, using=using, peek=peek
+    ).jobs
+
+
+def claim_batch(
+    *,
+    worker_id: str,
+    limit: int,
+    lease: timedelta,
+    queues: Sequence[str] | None = None,
+    using: str = DEFAULT_DB_ALIAS,
+    peek: bool = False,
+) -> ClaimedBatch:
+    """Claim as :func:`claim_jobs` does; return the jobs with their ``started_at`` before the claim.
+
+    For an executor that may have to put claimed jobs back unstarted
+    (:func:`~django_debounce.outcomes.release_unstarted` needs
+    :attr:`ClaimedBatch.started_before`); otherwise call :func:`claim_jobs`.
+    The arguments and errors are those of :func:`claim_jobs`.
+    """
+    if limit <= 0:
+        return ClaimedBatch()
+    queues = list(queues) if queues is not None else None  # read more than once below
+    features = connections[using].features
+    if peek and not anything_claimable(timezone.now(), queues, using):
+        # Nothing due: answer without a locking transaction (on SQLite an IMMEDIATE
+        # transaction takes the database's write lock and would stall producers).
+        return ClaimedBatch()
+    gates = admission.current_gates()  # pure Python; empty: the fast path
+    if not gates and one_statement_applies(queues, using):
+        claimed = claim_in_one_statement(
+            worker_id=worker_id, limit=limit, lease=lease, queues=queues, using=using
+        )
+        if claimed is not None:
+            return claimed
+        # An expired job was among the picked ones: the transaction below expires it (and
+        # cancels its dependents with it) and claims the rest.
+    busy: set[str] = set()  # CoDel queues whose state row another claim holds right now
+    while True:
+        with transaction.atomic(using=using):
+            now = timezone.now()
+            shape = ClaimShape(
+                queues=tuple(queues or ()),
+                busy=tuple(sorted(busy)),
+                lock=(
+                    "skip_locked"
+                    if features.has_select_for_update_skip_locked
+                    else "for_update"
+                    if features.has_select_for_update
+                    else ""
+                ),
+            )
+            if gates:
+                jobs = _take_admitted(shape, gates, limit=limit, now=now, using=using)
+            else:
+                jobs = _take_due(shape, limit=limit, now=now, using=using)
+            # CoDel (§6): shed what each queue's control law drops (no query unless a candidate's
+            # queue has CoDel). If it shed every candidate, commit that and claim again in a new
+            # transaction (each round sheds a job; QueueState locks are taken last, see codel.py).
+            # A queue whose state row another claim holds is left out of the next round, so a
+            # claimer stalled in its claim never stalls this one (each round sheds a job or
+            # finds one more busy queue, so the loop ends).
+            seen_busy = len(busy)
+            kept = apply_codel(jobs, now=now, using=using, busy=busy)
+            if jobs and not kept:
+                if len(busy) > seen_busy or any(job.status == Status.SHED for job in jobs):
+                    continue
+            jobs = kept
+            if not jobs:
+                return ClaimedBatch()
+            ids = [job.pk for job in jobs]
+            lease_until = now + lease
+            updated = mark_running(
+                ids, worker_id=worker_id, now=now, lease_until=lease_until, using=using
+            )
+            if updated != len(jobs):  # a database without row locks let another worker win some
+                mine = set(
+                    Job.objects.using(using)
+                    .filter(pk__in=ids, status=Status.RUNNING, worker_id=worker_id, started_at=now)
+                    .values_list("pk", flat=True)
+                )
+                jobs = [job for job in jobs if job.pk in mine]
+        break
+    claim = ClaimedBatch(jobs=jobs, started_before={job.pk: job.started_at for job in jobs})
+    for job in jobs:
+        job.status = Status.RUNNING
+        job.window_key = None
+        job.worker_id = worker_id
+        job.started_at = now
+        job.lease_expires_at = lease_until
+        job.attempts += 1
+    return claim
+
+
+def _take_due(shape: ClaimShape, *, limit: int, now: datetime, using: str) -> list[Job]:
+    """Return up to ``limit`` due jobs of ``shape``'s claim query, locked, expiring stale ones.
+
+    The query's SQL is compiled once per (shape, limit, alias) and reused with
+    this ``now`` (:mod:`django_debounce.compiled`; docs/decisions.md).
+    """
+    entry = compiled.compiled(
+        ("claim", shape, limit),
+        lambda slot: shape.queryset(slot["now"], using)[:limit].query,
+        NOW_SLOT,
+        using,
+    )
+    while True:
+        jobs = compiled.fetch_jobs(entry, {"now": now}, using)
+        if not jobs:
+            return []
+        expired = [job.pk for job in jobs if job.expires_at is not None and job.expires_at <= now]
+        if not expired:
+            return jobs
+        expire_jobs(expired, now=now, using=using)
+        jobs = [job for job in jobs if job.pk not in expired]
+        if jobs:
+            return jobs
+
+
+#: Candidate rounds per gated claim that shed nothing (each round leaves out the
+#: task names found exhausted in the previous one).
+_MAX_ROUNDS = 4
+#: Jobs one gated claim examines at most (shedding rounds continue up to this).
+_MAX_EXAMINED = 2000
+
+
+def _take_admitted(
+    shape: ClaimShape,
+    gates: dict[str, admission.Gate],
+    *,
+    limit: int,
+    now: datetime,
+    using: str,
+) -> list[Job]:
+    """Return up to ``limit`` due jobs the flow-control gate admits (§6), in claim order, locked.
+
+    Task names that surely admit nothing (:meth:`Admission.blocked_names`) are
+    left out of the candidate query, so a blocked task's backlog does not starve
+    other tasks; candidates are oversampled, and a bounded number of further
+    rounds leave out the names exhausted meanwhile. Jobs of ``on_excess="drop"``
+    tasks without a token are shed here (dead letter ``shed:``, no signal).
+
+    Candidates are read without row locks; only the jobs this claim takes (to
+    run, to shed, to expire) are then locked (:func:`~django_debounce.claim_queries.lock_due`), so another
+    worker's claim still finds every job this one examined but did not take
+    (decision 43 in docs/decisions.md).
+    """
+    gate = admission.Admission(gates, now=now, using=using)
+    skip = gate.blocked_names()
+    unlocked = ClaimShape(queues=shape.queues, busy=shape.busy, lock="")
+    jobs: list[Job] = []
+    seen: list[int] = []  # examined: later rounds leave them out
+    idle_rounds = examined = 0
+    while idle_rounds < _MAX_ROUNDS and examined < _MAX_EXAMINED:
+        room = limit - len(jobs)
+        batch = room + max(8, room)
+        if seen:  # a later round: its excludes vary, so it stays on the ORM
+            round_qs = unlocked.queryset(now, using).exclude(pk__in=seen)
+            if skip:
+                round_qs = round_qs.exclude(task_name__in=sorted(skip))
+            candidates = list(round_qs[:batch])
+        else:
+            candidates = _first_candidates(unlocked, tuple(sorted(skip)), batch, now, using)
+        if not candidates:
+            break
+        read = len(candidates)
+        examined += read
+        seen.extend(job.pk for job in candidates)
+        expired = [
+            job.pk for job in candidates if job.expires_at is not None and job.expires_at <= now
+        ]
+        if expired:
+            mine = lock_due(shape, expired, now, using) if shape.lock else set(expired)
+            if mine:
+                expire_jobs([pk for pk in expired if pk in mine], now=now, using=using)
+            candidates = [job for job in candidates if job.pk not in expired]
+        decision, lost = _admit_and_lock(gate, shape, candidates, room, now=now, using=using)
+        for job, job_gate in decision.to_shed:
+            reason, metadata = admission.shed_reason(job_gate)
+            shed_job(job, reason=reason, metadata=metadata, now=now, using=using)
+        jobs.extend(decision.admitted)
+        if len(jobs) >= limit or read < batch:
+            break
+        exhausted = gate.exhausted_names()
+        changed = decision.to_shed or expired or lost
+        if not (changed or decision.admitted or exhausted - skip):
+            break  # nothing changed: the next candidates would fare the same
+        if not changed:
+            idle_rounds += 1
+        skip |= exhausted
+    gate.save()
+    return jobs
+
+
+def _first_candidates(
+    shape: ClaimShape, skip: tuple[str, ...], batch: int, now: datetime, using: str
+) -> list[Job]:
+    """Return a gated claim's first ``batch`` candidates, not locked, leaving out ``skip`` names.
+
+    The claim query of ``shape`` (no lock) compiled once per (shape, names left
+    out, batch) and alias (:mod:`django_debounce.compiled`).
+    """
+
+    def build(slot: Mapping[str, Any]) -> Query:
+        qs = shape.queryset(slot["now"], using)
+        if skip:
+            qs = qs.exclude(task_name__in=list(skip))
+        return qs[:batch].query
+
+    entry = compiled.compiled(("gated_pick", shape, skip, batch), build, NOW_SLOT, using)
+    return compiled.fetch_jobs(entry, {"now": now}, using)
+
+
+def _admit_and_lock(
+    gate: admission.Admission,
+    shape: ClaimShape,
+    candidates: list[Job],
+    room: int,
+    *,
+    now: datetime,
+    using: str,
+) -> tuple[admission.Decision, set[int]]:
+    """Admit up to ``room`` of ``candidates`` and lock exactly the jobs taken (run or shed).
+
+    A taken job that another transaction holds or changed since the candidates
+    were read (another claim took it, an enqueue is sliding its window) is
+    lost: the gate's decisions are taken back (:meth:`Admission.restore`: the
+    tokens, concurrency slots and probe it was given) and made again without
+    it, so the limits count only jobs this claim really takes. Returns the
+    final decision and the ids lost.
+    """
+    gate.hold(candidates)
+    before = gate.checkpoint()
+    lost: set[int] = set()
+    while True:
+        decision = gate.admit(candidates, room)
+        taken = [job.pk for job in decision.admitted] + [job.pk for job, _ in decision.to_shed]
+        if not taken or not shape.lock:  # no row locks (SQLite): the claim has the database
+            return decision, lost
+        missing = set(taken) - lock_due(shape, taken, now, using)
+        if not missing:
+            return decision, lost
+        lost |= missing
+        gate.restore(before)
+        candidates = [job for job in candidates if job.pk not in missing]
+
+
+__all__ = ["ClaimedBatch", "claim_batch", "claim_jobs", "claimable_jobs"]
