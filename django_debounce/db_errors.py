@@ -5,11 +5,23 @@ wait, but not through a refusal of the data, which every attempt would meet
 again. :func:`is_transient` tells the two apart by the driver's error code,
 not by its message (a server may word its messages in another language).
 Lock contention at enqueue and claim is :func:`django_debounce.core.is_contention`.
+:func:`retry_transient` runs a write and retries it through transient errors.
 """
 
 from __future__ import annotations
 
-from django.db import InterfaceError, OperationalError
+import logging
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TypeVar
+
+from django.db import InterfaceError, OperationalError, connections, transaction
+
+#: The worker's documented logger (docs/reference/commands.md): the retry lines keep its name.
+logger = logging.getLogger("django_debounce.worker")
+
+_T = TypeVar("_T")
 
 #: PostgreSQL SQLSTATE classes after which the same write may succeed: connection
 #: exception, transaction rollback (serialization failure, deadlock), insufficient
@@ -55,4 +67,43 @@ def is_transient(exc: BaseException) -> bool:
     return True
 
 
-__all__ = ["MYSQL_TRANSIENT_CODES", "PG_LOCK_NOT_AVAILABLE", "PG_TRANSIENT_CLASSES", "is_transient"]
+def retry_transient(write: Callable[[], _T], *, using: str, patience: timedelta) -> _T:
+    """Return ``write()`` (an outcome write), retrying it through a lost connection for ``patience``.
+
+    Only transient errors (:func:`is_transient`: a dropped connection, a lock
+    wait) are retried, after closing the connection and a growing pause (0.2 s
+    doubling, at most 5 s); each retry is logged at WARNING. A ``DataError``, an
+    ``IntegrityError`` or a refusal of the data will fail again, so it is
+    raised at once. Inside a caller's transaction (an inline ``--burst`` in a
+    test) the write runs in a savepoint, so a refused write leaves that
+    transaction usable for the fallback write that follows.
+    """
+    conn = connections[using]
+    if conn.in_atomic_block:
+        inner = write
+
+        def write() -> _T:
+            with transaction.atomic(using=using):
+                return inner()
+
+    deadline = time.monotonic() + patience.total_seconds()
+    delay = 0.2
+    while True:
+        try:
+            return write()
+        except (OperationalError, InterfaceError) as exc:
+            if not is_transient(exc) or time.monotonic() + delay > deadline or conn.in_atomic_block:
+                raise
+            logger.warning("database error recording a job outcome (%s); retrying", exc)
+            conn.close()
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
+__all__ = [
+    "MYSQL_TRANSIENT_CODES",
+    "PG_LOCK_NOT_AVAILABLE",
+    "PG_TRANSIENT_CLASSES",
+    "is_transient",
+    "retry_transient",
+]

@@ -1,21 +1,203 @@
-"""Outcome writes: how a claimed job ends or goes back (contract §6, §7, §8, §11).
+"""Outcome writes: how a claimed job's run ends (contract §6, §7, §8, §11).
 
-Plain functions of a job (or job ids), a worker id, a time and a database
-alias, so that any executor can call them, not only the built-in worker loop.
+Plain functions of a job, a worker id, a time and a database alias, so that
+any executor can record what happened to a job it claimed
+(:func:`django_debounce.claim.claim_jobs`), not only the built-in worker loop:
+
+* :func:`record_success`: the task returned;
+* :func:`record_failure`: the task raised: a retry with backoff, or a dead letter;
+* :func:`bury_unknown_task`: no task of the job's name is registered here;
+* :func:`expire_jobs`: the claim reached jobs past their expiry.
+
+Every write about a run is fenced on (id, RUNNING, worker id, attempt): once
+the run's lease lapsed and another worker reclaimed the job, the write touches
+nothing and the run's outcome is discarded (§11). A write that meets a
+transient database error is retried for up to ``retry_for``
+(:func:`~django_debounce.db_errors.retry_transient`); one the database refuses for good ends the job
+FAILED with a dead letter naming the refusal, so a run is never repeated
+because its outcome could not be written. The status writes themselves are
+:mod:`django_debounce.outcome_writes`, one function per kind. Renewing leases,
+reclaiming lapsed ones and putting unstarted jobs back is
+:mod:`django_debounce.leases`.
 """
 
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Any
 
-from .dependencies import cancel_dependents
+from django.utils import timezone
+
+from .conf import settings
+from .db_errors import is_transient, retry_transient
+from .exceptions import UnknownTaskError
 from .models import Job
+from .outcome_writes import (
+    counted_in_breaker,
+    fail_with_dead_letter,
+    set_expired,
+    set_retry,
+    set_succeeded,
+)
+from .retry import backoff_delay
+from .signals import job_finished, send_signal
+from .storable import ascii_text, format_error, format_traceback, short_repr, storable_result
 
 #: The worker's documented logger (docs/reference/commands.md): outcome lines keep its name.
 logger = logging.getLogger("django_debounce.worker")
 
 Status = Job.Status
+
+
+def record_success(
+    job: Job,
+    result: object,
+    *,
+    worker_id: str,
+    using: str,
+    retry_for: timedelta | None = None,
+    now: datetime | None = None,
+) -> None:
+    """Record that ``job``'s run returned ``result``, exactly once (§7, §11).
+
+    The result is stored in a safe form
+    (:func:`~django_debounce.storable.storable_result`). If the database still
+    refuses that write for a reason a retry cannot fix, the result's short
+    ``repr`` is stored instead; if that is refused too, the job ends FAILED
+    with a dead letter naming the refusal. A late run (its job reclaimed) is
+    logged and discarded. Sends ``job_finished`` for a recorded success.
+
+    Args:
+        job: the job as claimed (its ``attempts`` is the run's fence); updated
+            in place when the write lands.
+        result: what the task returned, any value.
+        worker_id: the id the job was claimed under.
+        using: database alias.
+        retry_for: how long to retry the write through transient database
+            errors (default ``DEBOUNCE_LEASE``; the worker passes its lease).
+        now: the time written as ``finished_at`` (default: the write's time).
+
+    Raises:
+        OperationalError, InterfaceError: the database stayed unreachable for
+            ``retry_for``: the job stays RUNNING until its lease lapses.
+    """
+    patience = settings.lease if retry_for is None else retry_for
+    stored = storable_result(result)
+    try:
+        _write_success(job, stored, worker_id=worker_id, using=using, patience=patience, now=now)
+    except Exception as exc:
+        if is_transient(exc):
+            raise  # the database stayed unreachable for a whole lease: an outage
+        _log_refused(job, "result", exc)
+        fallback = short_repr(result)
+        if fallback == stored:
+            _bury_unstorable(
+                job, "result", exc, worker_id=worker_id, using=using, patience=patience
+            )
+            return
+        try:
+            _write_success(
+                job, fallback, worker_id=worker_id, using=using, patience=patience, now=now
+            )
+        except Exception as again:
+            if is_transient(again):
+                raise
+            _log_refused(job, "short repr of the result", again)
+            _bury_unstorable(
+                job, "result", again, worker_id=worker_id, using=using, patience=patience
+            )
+
+
+def record_failure(
+    job: Job,
+    exc: BaseException,
+    *,
+    worker_id: str,
+    using: str,
+    min_backoff: timedelta | None = None,
+    max_backoff: timedelta | None = None,
+    retry_for: timedelta | None = None,
+    now: datetime | None = None,
+) -> None:
+    """Record that ``job``'s run raised ``exc``: schedule its retry, or fail it for good (§7, §8).
+
+    With retries left (``attempts <= max_retries``) the job goes back to READY
+    at ``now`` plus the backoff (:func:`~django_debounce.retry.backoff_delay`,
+    jittered per ``DEBOUNCE_BACKOFF_JITTER``); otherwise it ends FAILED with a
+    ``failed:`` dead letter and its dependents are cancelled. The error and
+    traceback are made storable and cut
+    (:func:`~django_debounce.storable.format_error`). If the database refuses
+    the write for a reason a retry cannot fix, the job ends FAILED with a dead
+    letter naming the refusal, so the run is never repeated for it. A run
+    counts as a failure in the task's circuit breaker, if it has one.
+
+    Args:
+        job: the job as claimed; updated in place when the write lands.
+        exc: what the task raised.
+        worker_id: the id the job was claimed under.
+        using: database alias.
+        min_backoff, max_backoff: the task's backoff bounds (``None``: the
+            ``DEBOUNCE_MIN_BACKOFF`` / ``DEBOUNCE_MAX_BACKOFF`` settings).
+        retry_for: as for :func:`record_success`.
+        now: the failure's time (default: now); the retry is due after it.
+
+    Raises:
+        OperationalError, InterfaceError: as for :func:`record_success`.
+    """
+    patience = settings.lease if retry_for is None else retry_for
+    error = format_error(exc)
+    tb = format_traceback(exc)
+    try:
+        _write_failure(
+            job,
+            error,
+            tb,
+            worker_id=worker_id,
+            using=using,
+            patience=patience,
+            now=now or timezone.now(),
+            backoff=(min_backoff, max_backoff),
+        )
+    except Exception as refused:
+        if is_transient(refused):
+            raise  # the database stayed unreachable for a whole lease: an outage
+        _log_refused(job, "error", refused)
+        _bury_unstorable(
+            job, "error", refused, worker_id=worker_id, using=using, patience=patience, error=error
+        )
+
+
+def bury_unknown_task(
+    job: Job, *, worker_id: str, using: str, retry_for: timedelta | None = None
+) -> None:
+    """Fail ``job`` for good because no task of its name is registered here (§8).
+
+    The worker never imports a path taken from the database. The dead letter's
+    reason is ``"unknown_task: <name>"`` (``retry_dead_letters --reason-prefix
+    unknown_task:`` runs them again once the workers know the task). Arguments
+    and errors as for :func:`record_success`.
+    """
+    exc = UnknownTaskError(
+        f"no task named {job.task_name!r} is registered in this worker; the worker never "
+        "imports a path taken from the database. If the task exists, restart the workers "
+        "so they import it, then run `manage.py retry_dead_letters --reason-prefix "
+        "unknown_task:`"
+    )
+    logger.error("%s (job %s)", exc, job.pk, extra={"action": "unknown_task", "job_id": job.pk})
+    retry_transient(
+        lambda: fail_with_dead_letter(
+            job,
+            worker_id=worker_id,
+            using=using,
+            reason=f"unknown_task: {job.task_name}",
+            error=format_error(exc),
+            tb="",
+            metadata={"attempts": job.attempts},
+        ),
+        using=using,
+        patience=settings.lease if retry_for is None else retry_for,
+    )
 
 
 def expire_jobs(ids: list[int], *, now: datetime, using: str) -> None:
@@ -25,7 +207,7 @@ def expire_jobs(ids: list[int], *, now: datetime, using: str) -> None:
     (§8: a planned outcome); their dependents are cancelled in the same
     transaction (§11). ``now`` is the claim's clock, written as ``finished_at``.
     """
-    _set_expired(ids, now=now, using=using)
+    set_expired(ids, now=now, using=using)
     logger.info(
         "expired %d job(s) not started by their expiry: %s",
         len(ids),
@@ -34,9 +216,169 @@ def expire_jobs(ids: list[int], *, now: datetime, using: str) -> None:
     )
 
 
-def _set_expired(ids: list[int], *, now: datetime, using: str) -> None:
-    """The EXPIRED write: close the job, free its window and lock, cancel its dependents."""
-    Job.objects.using(using).filter(pk__in=ids).update(
-        status=Status.EXPIRED, finished_at=now, window_key=None, unique_lock=None
+# -- the steps -------------------------------------------------------------------------------
+
+
+def _write_success(
+    job: Job, stored: Any, *, worker_id: str, using: str, patience: timedelta, now: datetime | None
+) -> None:
+    """Write SUCCESSFUL with ``stored`` (the result's JSON), log it and send ``job_finished``."""
+    now = now or timezone.now()
+    updated = retry_transient(
+        lambda: counted_in_breaker(
+            job,
+            lambda: set_succeeded(job, worker_id=worker_id, result=stored, now=now, using=using),
+            succeeded=True,
+            now=now,
+            using=using,
+        ),
+        using=using,
+        patience=patience,
     )
-    cancel_dependents(ids, now=now, using=using)
+    if not updated:
+        _log_discarded_late_run(job)
+        return
+    job.status, job.result, job.finished_at = Status.SUCCESSFUL, stored, now
+    job.lease_expires_at = job.unique_lock = None
+    logger.info(
+        "job %s (%s) succeeded on attempt %d",
+        job.pk,
+        job.task_name,
+        job.attempts,
+        extra={"action": "job_succeeded", "job_id": job.pk},
+    )
+    send_signal(job_finished, job=job, status=job.status)
+
+
+def _write_failure(
+    job: Job,
+    error: str,
+    tb: str,
+    *,
+    worker_id: str,
+    using: str,
+    patience: timedelta,
+    now: datetime,
+    backoff: tuple[timedelta | None, timedelta | None],
+) -> None:
+    """Write the retry (READY at ``now`` + backoff) or, without retries left, the dead letter."""
+    if job.attempts > job.max_retries:
+        letter = retry_transient(
+            lambda: fail_with_dead_letter(
+                job,
+                worker_id=worker_id,
+                using=using,
+                reason=f"failed: {job.attempts} attempt(s); {error}"[:2000],
+                error=error,
+                tb=tb,
+                metadata={"attempts": job.attempts},
+            ),
+            using=using,
+            patience=patience,
+        )
+        if letter is None:
+            _log_discarded_late_run(job)
+        return
+    delay = backoff_delay(
+        job.attempts,
+        backoff[0] or settings.min_backoff,
+        backoff[1] or settings.max_backoff,
+        jitter=settings.backoff_jitter,
+    )
+    run_at = now + delay
+    updated = retry_transient(
+        lambda: counted_in_breaker(
+            job,
+            lambda: set_retry(
+                job, worker_id=worker_id, run_at=run_at, error=error, tb=tb, using=using
+            ),
+            succeeded=False,
+            now=now,
+            using=using,
+        ),
+        using=using,
+        patience=patience,
+    )
+    if not updated:
+        _log_discarded_late_run(job)
+        return
+    job.status, job.run_at, job.error, job.traceback = Status.READY, run_at, error, tb
+    logger.info(
+        "job %s (%s) failed attempt %d of %d; retry at %s",
+        job.pk,
+        job.task_name,
+        job.attempts,
+        job.max_retries + 1,
+        run_at.isoformat(),
+        extra={"action": "job_retry", "job_id": job.pk},
+    )
+    send_signal(job_finished, job=job, status=job.status)
+
+
+def _bury_unstorable(
+    job: Job,
+    what: str,
+    refused: BaseException,
+    *,
+    worker_id: str,
+    using: str,
+    patience: timedelta,
+    error: str = "",
+) -> None:
+    """Fail ``job`` for good because the database refused its outcome (``what``).
+
+    The dead letter's reason names the refusal; the texts are written as
+    ASCII (``backslashreplace``), which every database stores. Metadata:
+    ``{"attempts": N, "unstorable": what}``. If even this write is refused,
+    the error is logged and the job is left to its lease.
+    """
+    cause = format_error(refused)
+    run = "succeeded but its result" if what == "result" else "failed and its error"
+    reason = ascii_text(
+        f"failed: {job.attempts} attempt(s); the run {run} could not be stored: {cause}"
+    )
+    try:
+        letter = retry_transient(
+            lambda: fail_with_dead_letter(
+                job,
+                worker_id=worker_id,
+                using=using,
+                reason=reason[:2000],
+                error=ascii_text(error or cause),
+                tb=ascii_text(format_traceback(refused)),
+                metadata={"attempts": job.attempts, "unstorable": what},
+            ),
+            using=using,
+            patience=patience,
+        )
+    except Exception:
+        logger.exception(
+            "job %s (%s): the database refused its dead letter too; the job is left to its lease",
+            job.pk,
+            job.task_name,
+            extra={"action": "outcome_refused", "job_id": job.pk},
+        )
+        return
+    if letter is None:
+        _log_discarded_late_run(job)
+
+
+def _log_discarded_late_run(job: Job) -> None:
+    logger.warning(
+        "job %s (%s): lease lapsed and the job was reclaimed; this run's outcome is discarded",
+        job.pk,
+        job.task_name,
+        extra={"action": "late_result", "job_id": job.pk},
+    )
+
+
+def _log_refused(job: Job, what: str, exc: BaseException) -> None:
+    logger.error(
+        "job %s (%s): the database refused the %s of attempt %d (%s)",
+        job.pk,
+        job.task_name,
+        what,
+        job.attempts,
+        format_error(exc),
+        extra={"action": "outcome_refused", "job_id": job.pk},
+    )

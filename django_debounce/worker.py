@@ -1,25 +1,20 @@
-"""The worker: claim due jobs, run them, record the outcome (contract §7, §11).
+"""The worker: the loop that claims due jobs, runs them and records the outcome (contract §7, §11).
 
 :class:`Worker` takes keyword-only options and has no argparse; the
-``run_debounce_worker`` command only maps its flags onto it.
+``run_debounce_worker`` command only maps its flags onto it. This module is
+the loop alone: threads, lease keeping, signal handling, shutdown and the
+upkeep of its database connections. What it calls:
 
-How a claim works. One short transaction selects up to as many due jobs as
-there are free threads with ``SELECT … FOR UPDATE SKIP LOCKED`` (plain ``FOR
-UPDATE`` where the database lacks SKIP LOCKED; SQLite serialises writers with
-its ``IMMEDIATE`` transactions), ordered by priority (higher first), then
-``run_at``, then id, and marks them RUNNING in one ``UPDATE``: that closes each
-job's window (``window_key = NULL``), sets the lease and counts the attempt.
-A job is left out while another job of its debounce key is RUNNING under a
-live lease or is due earlier, so runs of one key never overlap (§4.5). Tasks
-run outside any transaction; the outcome is written with one ``UPDATE``
-fenced on (worker id, attempt), so a worker whose lease lapsed and whose job
-was reclaimed cannot overwrite the newer run (§11).
+* :func:`django_debounce.claim.claim_batch` to claim up to as many due jobs as
+  it has free threads (one short transaction, or one statement on PostgreSQL);
+* :mod:`django_debounce.outcomes` to record each run: success, retry with
+  backoff, dead letter, unknown task, each fenced on (worker id, attempt) so a
+  worker whose lease lapsed and whose job was reclaimed cannot overwrite the
+  newer run (§11);
+* :mod:`django_debounce.leases` to renew the leases of the jobs it runs,
+  reclaim lapsed ones, and put back claimed jobs a stop left unstarted.
 
-On PostgreSQL a plain claim (no gated task, no CoDel queue served, not inside
-an atomic block) is the same SELECT and UPDATE as ONE autocommit statement
-(``WITH picked AS (… FOR UPDATE SKIP LOCKED) UPDATE … RETURNING``): one round
-trip instead of four. If a picked job has expired it claims nothing and the
-transactional claim runs, which expires it (decision 67 in docs/decisions.md).
+Tasks run outside any transaction.
 """
 
 from __future__ import annotations
@@ -33,7 +28,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from types import FrameType
 from typing import Any
@@ -51,18 +46,13 @@ from django.db import (
 )
 from django.utils import timezone
 
-from . import admission, codec, compiled, registry
+from . import codec, leases, outcomes, registry
 from .claim import claim_batch
 from .conf import settings
 from .context import JobContext
 from .core import is_contention
-from .db_errors import is_transient
-from .dependencies import cancel_dependents
-from .exceptions import UnknownTaskError
-from .models import DeadLetter, Job
-from .retry import backoff_delay
-from .signals import job_dead_lettered, job_finished, job_started, send_signal
-from .storable import ascii_text, format_error, format_traceback, short_repr, storable_result
+from .models import Job
+from .signals import job_started, send_signal
 from .sweep import auto_retry
 
 logger = logging.getLogger("django_debounce.worker")
@@ -76,201 +66,6 @@ LOOP_RECHECK_AFTER = 1.0
 CLAIM_ATTEMPTS = 5
 
 Status = Job.Status
-
-
-def _fenced_success(using: str) -> Any:
-    def build(slot: Mapping[str, Any]) -> Any:
-        return compiled.update_query(
-            Job.objects.using(using).filter(
-                pk=slot["pk"],
-                status=Status.RUNNING,
-                worker_id=slot["worker_id"],
-                attempts=slot["attempts"],
-            ),
-            status=Status.SUCCESSFUL,
-            result=slot["result"],
-            finished_at=slot["now"],
-            lease_expires_at=None,
-            unique_lock=None,
-        )
-
-    return build
-
-
-_SUCCESS_SLOTS = {
-    "pk": Job._meta.pk,
-    "worker_id": Job._meta.get_field("worker_id"),
-    "attempts": Job._meta.get_field("attempts"),
-    "result": Job._meta.get_field("result"),
-    "now": Job._meta.get_field("finished_at"),
-}
-
-
-def _record_success(job: Job, *, worker_id: str, result: Any, now: datetime, using: str) -> int:
-    """Record ``job``'s run as SUCCESSFUL with ``result`` (its stored JSON); return 1, or 0 if late.
-
-    Fenced on (id, RUNNING, ``worker_id``, attempts) like every outcome write
-    (§11); the ``UPDATE`` is compiled once per alias (:mod:`django_debounce.compiled`).
-    """
-    entry = compiled.compiled(("record_success",), _fenced_success(using), _SUCCESS_SLOTS, using)
-    values = {
-        "pk": job.pk,
-        "worker_id": worker_id,
-        "attempts": job.attempts,
-        "result": result,
-        "now": now,
-    }
-    return compiled.execute_update(entry, values, using)
-
-
-def _dead_letter(
-    job: Job,
-    *,
-    reason: str,
-    error: str,
-    tb: str,
-    metadata: dict[str, Any],
-    using: str = DEFAULT_DB_ALIAS,
-) -> DeadLetter:
-    return DeadLetter(
-        job=job,
-        task_name=job.task_name,
-        queue=job.queue,
-        args=job.args,
-        kwargs=job.kwargs,
-        reason=reason,
-        metadata=metadata,
-        error=error,
-        traceback=tb,
-        created_at=timezone.now(),
-        retry_depth=DeadLetter.retry_depth_for(job, using=using),
-    )
-
-
-def reclaim_expired_leases(
-    *, using: str = DEFAULT_DB_ALIAS, limit: int = 500, exclude_ids: Iterable[int] = ()
-) -> tuple[int, int]:
-    """Put back RUNNING jobs whose lease lapsed (their worker died, §7).
-
-    ``exclude_ids`` are the jobs the calling worker is running right now: it
-    is alive and renewing them (its clock may have jumped past their leases,
-    e.g. under time-machine in tests). Everything else with a lapsed lease is
-    an orphan, including jobs of an earlier process that used the same
-    ``--worker-id``.
-
-    A job that still has retries left goes back to READY, keeping its
-    ``run_at`` (its place in line); one whose ``attempts`` already used every
-    retry is FAILED with a dead letter (a job that kills its workers, §11).
-
-    Returns:
-        ``(requeued, dead_lettered)`` counts.
-    """
-    features = connections[using].features
-    letters: list[DeadLetter] = []
-    lapsed = Job.objects.using(using).filter(
-        status=Status.RUNNING, lease_expires_at__lte=timezone.now()
-    )
-    exclude = list(exclude_ids)
-    if not lapsed.exclude(pk__in=exclude).exists():  # the usual case: no lock taken
-        return 0, 0
-    with transaction.atomic(using=using):
-        now = timezone.now()
-        # A lease is live while lease_expires_at > now (as in claimable_jobs), so it has
-        # lapsed at lease_expires_at itself: reclaim then, before a later job of the key runs.
-        qs = Job.objects.using(using).filter(status=Status.RUNNING, lease_expires_at__lte=now)
-        if exclude:
-            qs = qs.exclude(pk__in=exclude)
-        if features.has_select_for_update_skip_locked:
-            qs = qs.select_for_update(skip_locked=True)
-        stale = list(qs.order_by("lease_expires_at")[:limit])
-        if not stale:
-            return 0, 0
-        requeue = [job.pk for job in stale if job.attempts <= job.max_retries]
-        exhausted = [job for job in stale if job.attempts > job.max_retries]
-        if requeue:
-            Job.objects.using(using).filter(pk__in=requeue, status=Status.RUNNING).update(
-                status=Status.READY, worker_id="", lease_expires_at=None
-            )
-        if exhausted:
-            error = "django_debounce.worker.LeaseExpired: the worker running this job stopped renewing its lease"
-            Job.objects.using(using).filter(pk__in=[j.pk for j in exhausted]).update(
-                status=Status.FAILED,
-                finished_at=now,
-                lease_expires_at=None,
-                unique_lock=None,
-                error=error,
-            )
-            for job in exhausted:
-                letters.append(
-                    _dead_letter(
-                        job,
-                        reason=f"failed: lease expired after {job.attempts} attempt(s); {error}",
-                        error=error,
-                        tb="",
-                        metadata={"attempts": job.attempts, "worker_id": job.worker_id},
-                        using=using,
-                    )
-                )
-            DeadLetter.objects.using(using).bulk_create(letters)
-            cancel_dependents([job.pk for job in exhausted], now=now, using=using)
-    for job in stale:
-        logger.warning(
-            "job %s (%s) lost its lease on worker %s; %s",
-            job.pk,
-            job.task_name,
-            job.worker_id,
-            "requeued" if job.pk in requeue else "dead-lettered",
-            extra={"action": "reclaim", "job_id": job.pk},
-        )
-    for letter in letters:
-        send_signal(job_dead_lettered, job=letter.job, dead_letter=letter)
-    return len(requeue), len(letters)
-
-
-def _release_unstarted(
-    jobs: Sequence[Job],
-    started_before: Mapping[int, datetime | None],
-    *,
-    worker_id: str,
-    using: str,
-) -> int:
-    """Put claimed jobs that never started back as they were before the claim (§7 shutdown).
-
-    Undoes what the claim wrote (``_mark_running``): READY again, no lease, no
-    worker, the attempt not counted, ``started_at`` as it was before the claim
-    (``started_before``, by id). The window the claim closed stays closed (§4.1:
-    a job put back after a claim takes no calls). Each job's update is fenced
-    on this worker and the claim's attempt, so a job whose lease lapsed and
-    that another worker took meanwhile is left alone. A token or a breaker
-    probe the claim took from the admission gate (§6) is not given back.
-
-    Returns:
-        How many jobs were put back.
-    """
-    groups: dict[tuple[int, datetime | None], list[int]] = {}
-    for job in jobs:
-        groups.setdefault((job.attempts, started_before.get(job.pk)), []).append(job.pk)
-    released = 0
-    with transaction.atomic(using=using):
-        for (attempts, started_at), ids in groups.items():
-            released += (
-                Job.objects.using(using)
-                .filter(pk__in=ids, status=Status.RUNNING, worker_id=worker_id, attempts=attempts)
-                .update(
-                    status=Status.READY,
-                    worker_id="",
-                    lease_expires_at=None,
-                    started_at=started_at,
-                    attempts=attempts - 1,
-                )
-            )
-    logger.info(
-        "stopping: put back %d claimed job(s) that had not started: %s",
-        released,
-        [job.pk for job in jobs],
-        extra={"action": "release"},
-    )
-    return released
 
 
 def _close_dropped_connections() -> None:
@@ -345,7 +140,8 @@ class Worker:
         self._idle = True
         self._stopping = threading.Event()
         self._signals_seen = 0
-        self._done: queue_module.Queue[int | None] = queue_module.Queue()
+        # Set when a job ends or on stop: the loop's wait between polls ends early.
+        self._wake = threading.Event()
         self._work: queue_module.Queue[Job | None] = queue_module.Queue()
         self._in_flight: dict[int, Job] = {}
         # Claimed jobs not started yet: their started_at from before the claim (to put back).
@@ -362,7 +158,7 @@ class Worker:
     def stop(self) -> None:
         """Stop claiming; running jobs finish within the grace period."""
         self._stopping.set()
-        self._done.put(None)
+        self._wake.set()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._signals_seen += 1
@@ -410,7 +206,7 @@ class Worker:
         return self.processed
 
     # -- modes -------------------------------------------------------------------
-    def _room(self) -> int:
+    def _claim_capacity(self) -> int:
         """Return how many jobs to claim now: free threads, capped by ``max_jobs``."""
         free = self.concurrency - len(self._in_flight)
         if self.max_jobs is None:
@@ -423,7 +219,7 @@ class Worker:
             return
         with self._lock:
             running = list(self._in_flight)
-        reclaim_expired_leases(using=self.using, exclude_ids=running)
+        leases.reclaim_expired_leases(using=self.using, exclude_ids=running)
         self._next_maintenance = time.monotonic() + min(self.poll_interval, 1.0)
         self._sweep()
 
@@ -450,7 +246,7 @@ class Worker:
             if self._stopping.is_set():
                 return False
             if self._in_flight and timezone.now() >= renew_at:
-                self._renew()
+                self._renew_leases()
                 renew_at = timezone.now() + self.lease / 3
             return True
 
@@ -516,7 +312,7 @@ class Worker:
         return True
 
     def _release(self, jobs: Sequence[Job]) -> None:
-        """Put claimed, unstarted ``jobs`` back as before their claim (:func:`_release_unstarted`).
+        """Put claimed, unstarted ``jobs`` back as before their claim (:func:`~django_debounce.leases.release_unstarted`).
 
         A database error is logged, not raised: the jobs then stay RUNNING until
         their lease lapses and are run again after it, as after a crash (§7).
@@ -524,7 +320,7 @@ class Worker:
         with self._lock:
             before = {job.pk: self._started_before.pop(job.pk, None) for job in jobs}
         try:
-            _release_unstarted(jobs, before, worker_id=self.worker_id, using=self.using)
+            leases.release_unstarted(jobs, before, worker_id=self.worker_id, using=self.using)
         except (DatabaseError, InterfaceError):
             logger.exception(
                 "could not put back %d claimed job(s) that had not started; they run again "
@@ -547,7 +343,7 @@ class Worker:
         keeper.start()
         try:
             self._maintain()
-            while not self._stopping.is_set() and self._room() > 0:
+            while not self._stopping.is_set() and self._claim_capacity() > 0:
                 jobs = self._claim(1)
                 if not jobs:
                     return
@@ -593,7 +389,7 @@ class Worker:
                         self._keeper.wait(None if due is None else due - now)
                     self._renew_due = now + interval
                 try:
-                    self._renew()  # renews whatever is in flight: a job that just ended has left
+                    self._renew_leases()  # renews whatever is in flight: a job that just ended has left
                 except (DatabaseError, InterfaceError):
                     logger.exception("lease renewal failed", extra={"action": "renew_error"})
                 finally:
@@ -616,15 +412,15 @@ class Worker:
         try:
             while not self._stopping.is_set():
                 claimed: list[Job] = []
-                room = self._room()
+                capacity = self._claim_capacity()
                 try:
                     self._upkeep_loop_connection(idle)
                     self._maintain()
                     if self._in_flight and time.monotonic() >= next_renew:
-                        self._renew()
+                        self._renew_leases()
                         next_renew = time.monotonic() + renew_every
-                    if room and not self._stopping.is_set():
-                        claimed = self._claim(room)
+                    if capacity and not self._stopping.is_set():
+                        claimed = self._claim(capacity)
                     failures = 0
                     self._loop_used_at = time.monotonic()
                 except (DatabaseError, InterfaceError) as exc:
@@ -650,9 +446,13 @@ class Worker:
                     with self._lock:
                         self._in_flight[job.pk] = job
                     self._work.put(job)
-                if not claimed and not self._in_flight and (self.burst or self._room() == 0):
+                if (
+                    not claimed
+                    and not self._in_flight
+                    and (self.burst or self._claim_capacity() == 0)
+                ):
                     return
-                full = bool(claimed) and len(claimed) == room
+                full = bool(claimed) and len(claimed) == capacity
                 self._wait(
                     renew_every if (full or self.burst) else min(self.poll_interval, renew_every)
                 )
@@ -699,15 +499,8 @@ class Worker:
 
     def _wait(self, timeout: float) -> None:
         """Sleep up to ``timeout`` seconds, waking early when a job finishes or on stop."""
-        try:
-            self._done.get(timeout=timeout)
-        except queue_module.Empty:
-            return
-        while True:  # drain extra wake-ups
-            try:
-                self._done.get_nowait()
-            except queue_module.Empty:
-                return
+        if self._wake.wait(timeout):
+            self._wake.clear()  # one wake-up covers every job that ended meanwhile
 
     def _drain(self, threads: list[threading.Thread]) -> None:
         """Wait up to the grace period for running jobs, renewing their leases; stop the threads.
@@ -718,13 +511,11 @@ class Worker:
         deadline = time.monotonic() + self.shutdown_grace.total_seconds()
         next_renew = time.monotonic() + self.lease.total_seconds() / 3
         while self._in_flight and time.monotonic() < deadline and self._signals_seen < 2:
-            try:
-                self._done.get(timeout=0.1)
-            except queue_module.Empty:
-                pass
+            if self._wake.wait(0.1):
+                self._wake.clear()
             if self._in_flight and time.monotonic() >= next_renew:
                 try:
-                    self._renew()
+                    self._renew_leases()
                 except (DatabaseError, InterfaceError):
                     logger.exception("lease renewal failed during shutdown")
                     # A broken connection stays broken: close it so the next renewal reconnects
@@ -744,13 +535,12 @@ class Worker:
         for thread in threads:
             thread.join(timeout=0.5)
 
-    def _renew(self) -> None:
+    def _renew_leases(self) -> None:
+        """Renew the leases of the jobs in flight (:func:`~django_debounce.leases.renew_leases`)."""
         with self._lock:
             ids = list(self._in_flight)
         if ids:
-            Job.objects.using(self.using).filter(
-                pk__in=ids, status=Status.RUNNING, worker_id=self.worker_id
-            ).update(lease_expires_at=timezone.now() + self.lease)
+            leases.renew_leases(ids, worker_id=self.worker_id, lease=self.lease, using=self.using)
 
     def _thread_main(self) -> None:
         try:
@@ -769,7 +559,7 @@ class Worker:
                     close_old_connections()
                     with self._lock:
                         self._in_flight.pop(job.pk, None)
-                    self._done.put(job.pk)
+                    self._wake.set()
         finally:
             connections.close_all()
 
@@ -779,7 +569,9 @@ class Worker:
             self.processed += 1
         task = registry.lookup(job.task_name)
         if task is None:
-            self._bury_unknown(job)
+            outcomes.bury_unknown_task(
+                job, worker_id=self.worker_id, using=self.using, retry_for=self.lease
+            )
             return
         logger.info(
             "running job %s (%s), attempt %d",
@@ -823,308 +615,20 @@ class Worker:
                 job.task_name,
                 extra={"action": "job_error", "job_id": job.pk},
             )
-            self._retry_or_bury(job, task.options.min_backoff, task.options.max_backoff, exc)
+            outcomes.record_failure(
+                job,
+                exc,
+                worker_id=self.worker_id,
+                using=self.using,
+                min_backoff=task.options.min_backoff,
+                max_backoff=task.options.max_backoff,
+                retry_for=self.lease,
+            )
         else:
             self._succeed(job, result)
 
-    def _fenced(self, job: Job) -> Any:
-        return Job.objects.using(self.using).filter(
-            pk=job.pk, status=Status.RUNNING, worker_id=self.worker_id, attempts=job.attempts
-        )
-
-    def _persist(self, write: Any) -> Any:
-        """Run a DB write, retrying through a lost connection for up to one lease.
-
-        Only transient errors (:func:`_transient`: a dropped connection, a lock
-        wait) are retried: a ``DataError``, an ``IntegrityError`` or a refusal of
-        the data will fail again, so it is raised at once.
-        Inside a caller's transaction (an inline ``--burst`` in a test) the write
-        runs in a savepoint, so a refused write leaves that transaction usable
-        for the fallback write that follows.
-        """
-        conn = connections[self.using]
-        if conn.in_atomic_block:
-            inner = write
-
-            def write() -> Any:
-                with transaction.atomic(using=self.using):
-                    return inner()
-
-        deadline = time.monotonic() + self.lease.total_seconds()
-        delay = 0.2
-        while True:
-            try:
-                return write()
-            except (OperationalError, InterfaceError) as exc:
-                if (
-                    not is_transient(exc)
-                    or time.monotonic() + delay > deadline
-                    or conn.in_atomic_block
-                ):
-                    raise
-                logger.warning("database error recording a job outcome (%s); retrying", exc)
-                conn.close()
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
-
-    def _late(self, job: Job) -> None:
-        logger.warning(
-            "job %s (%s): lease lapsed and the job was reclaimed; this run's outcome is discarded",
-            job.pk,
-            job.task_name,
-            extra={"action": "late_result", "job_id": job.pk},
-        )
-
-    def _write_outcome(
-        self, job: Job, write: Callable[[], int], *, succeeded: bool, now: datetime
-    ) -> int:
-        """Run the fenced outcome ``write`` and return its row count.
-
-        For a task with a circuit breaker the run is counted in the breaker
-        (:func:`admission.record_run`, §6) in the same transaction, only if the
-        write hit (a late run whose job was reclaimed counts for nothing).
-        """
-        task = registry.lookup(job.task_name)
-        if task is None or task.options.circuit_breaker is None:
-            return write()
-        with transaction.atomic(using=self.using):
-            updated = write()
-            if updated:
-                admission.record_run(job, succeeded=succeeded, now=now, using=self.using)
-            return updated
-
-    def _succeed(self, job: Job, result: Any) -> None:
-        """Record a successful run exactly once (§7, §11).
-
-        The result is stored in a safe form (:func:`storable_result`). If the
-        database still refuses that write for a reason a retry cannot fix, the
-        result's short ``repr`` is stored instead; if that is refused too, the
-        job ends FAILED with a dead letter naming the refusal. A run is never
-        repeated because its outcome could not be written.
-        """
-        stored = storable_result(result)
-        try:
-            self._record_success(job, stored)
-        except Exception as exc:
-            if is_transient(exc):
-                raise  # the database stayed unreachable for a whole lease: an outage
-            self._log_refused(job, "result", exc)
-            fallback = short_repr(result)
-            if fallback == stored:
-                self._bury_unstorable(job, "result", exc)
-                return
-            try:
-                self._record_success(job, fallback)
-            except Exception as again:
-                if is_transient(again):
-                    raise
-                self._log_refused(job, "short repr of the result", again)
-                self._bury_unstorable(job, "result", again)
-
-    def _record_success(self, job: Job, stored: Any) -> None:
-        now = timezone.now()
-        updated = self._persist(
-            lambda: self._write_outcome(
-                job,
-                lambda: _record_success(
-                    job, worker_id=self.worker_id, result=stored, now=now, using=self.using
-                ),
-                succeeded=True,
-                now=now,
-            )
-        )
-        if not updated:
-            self._late(job)
-            return
-        job.status, job.result, job.finished_at = Status.SUCCESSFUL, stored, now
-        job.lease_expires_at = job.unique_lock = None
-        logger.info(
-            "job %s (%s) succeeded on attempt %d",
-            job.pk,
-            job.task_name,
-            job.attempts,
-            extra={"action": "job_succeeded", "job_id": job.pk},
-        )
-        send_signal(job_finished, job=job, status=job.status)
-
-    def _log_refused(self, job: Job, what: str, exc: BaseException) -> None:
-        logger.error(
-            "job %s (%s): the database refused the %s of attempt %d (%s)",
-            job.pk,
-            job.task_name,
-            what,
-            job.attempts,
-            format_error(exc),
-            extra={"action": "outcome_refused", "job_id": job.pk},
-        )
-
-    def _retry_or_bury(
-        self, job: Job, min_backoff: timedelta | None, max_backoff: timedelta | None, exc: Exception
-    ) -> None:
-        """Record a failed run: schedule its retry, or fail the job for good (§7).
-
-        The error and traceback are made storable and cut (:func:`format_error`,
-        :func:`format_traceback`). If the database refuses the write for a reason
-        a retry cannot fix, the job ends FAILED with a dead letter naming the
-        refusal (:meth:`_bury_unstorable`), so the run is never repeated for it.
-        """
-        error = format_error(exc)
-        tb = format_traceback(exc)
-        try:
-            self._record_failure(job, min_backoff, max_backoff, error, tb)
-        except Exception as refused:
-            if is_transient(refused):
-                raise  # the database stayed unreachable for a whole lease: an outage
-            self._log_refused(job, "error", refused)
-            self._bury_unstorable(job, "error", refused, error=error)
-
-    def _record_failure(
-        self,
-        job: Job,
-        min_backoff: timedelta | None,
-        max_backoff: timedelta | None,
-        error: str,
-        tb: str,
-    ) -> None:
-        now = timezone.now()
-        if job.attempts <= job.max_retries:
-            delay = backoff_delay(
-                job.attempts,
-                min_backoff or settings.min_backoff,
-                max_backoff or settings.max_backoff,
-                jitter=settings.backoff_jitter,
-            )
-            run_at = now + delay
-            updated = self._persist(
-                lambda: self._write_outcome(
-                    job,
-                    lambda: self._fenced(job).update(
-                        status=Status.READY,
-                        run_at=run_at,
-                        worker_id="",
-                        lease_expires_at=None,
-                        error=error,
-                        traceback=tb,
-                    ),
-                    succeeded=False,
-                    now=now,
-                )
-            )
-            if not updated:
-                self._late(job)
-                return
-            job.status, job.run_at, job.error, job.traceback = Status.READY, run_at, error, tb
-            logger.info(
-                "job %s (%s) failed attempt %d of %d; retry at %s",
-                job.pk,
-                job.task_name,
-                job.attempts,
-                job.max_retries + 1,
-                run_at.isoformat(),
-                extra={"action": "job_retry", "job_id": job.pk},
-            )
-            send_signal(job_finished, job=job, status=job.status)
-            return
-        letter = self._persist(
-            lambda: self._bury(
-                job,
-                reason=f"failed: {job.attempts} attempt(s); {error}"[:2000],
-                error=error,
-                tb=tb,
-                metadata={"attempts": job.attempts},
-            )
-        )
-        if letter is None:
-            self._late(job)
-
-    def _bury_unstorable(
-        self, job: Job, what: str, refused: BaseException, *, error: str = ""
-    ) -> None:
-        """Fail ``job`` for good because the database refused its outcome (``what``).
-
-        The dead letter's reason names the refusal; the texts are written as
-        ASCII (``backslashreplace``), which every database stores. Metadata:
-        ``{"attempts": N, "unstorable": what}``. If even this write is refused,
-        the error is logged and the job is left to its lease.
-        """
-        cause = format_error(refused)
-        run = "succeeded but its result" if what == "result" else "failed and its error"
-        reason = ascii_text(
-            f"failed: {job.attempts} attempt(s); the run {run} could not be stored: {cause}"
-        )
-        try:
-            letter = self._persist(
-                lambda: self._bury(
-                    job,
-                    reason=reason[:2000],
-                    error=ascii_text(error or cause),
-                    tb=ascii_text(format_traceback(refused)),
-                    metadata={"attempts": job.attempts, "unstorable": what},
-                )
-            )
-        except Exception:
-            logger.exception(
-                "job %s (%s): the database refused its dead letter too; the job is left to "
-                "its lease",
-                job.pk,
-                job.task_name,
-                extra={"action": "outcome_refused", "job_id": job.pk},
-            )
-            return
-        if letter is None:
-            self._late(job)
-
-    def _bury(
-        self, job: Job, *, reason: str, error: str, tb: str, metadata: dict[str, Any]
-    ) -> DeadLetter | None:
-        """Fail ``job`` for good and write its dead letter, in one transaction (§8)."""
-        with transaction.atomic(using=self.using):
-            now = timezone.now()
-            updated = self._fenced(job).update(
-                status=Status.FAILED,
-                finished_at=now,
-                lease_expires_at=None,
-                unique_lock=None,
-                error=error,
-                traceback=tb,
-            )
-            if not updated:
-                return None
-            letter = _dead_letter(
-                job, reason=reason, error=error, tb=tb, metadata=metadata, using=self.using
-            )
-            letter.save(using=self.using)
-            cancel_dependents([job.pk], now=now, using=self.using)
-            # A failed run counts in the task's circuit breaker (§6); unknown tasks have none.
-            admission.record_run(job, succeeded=False, now=now, using=self.using)
-        job.status, job.finished_at, job.error, job.traceback = Status.FAILED, now, error, tb
-        job.lease_expires_at = job.unique_lock = None
-        logger.warning(
-            "job %s (%s) failed for good; dead letter %s: %s",
-            job.pk,
-            job.task_name,
-            letter.pk,
-            reason[:200],
-            extra={"action": "dead_letter", "job_id": job.pk},
-        )
-        send_signal(job_finished, job=job, status=job.status)
-        send_signal(job_dead_lettered, job=job, dead_letter=letter)
-        return letter
-
-    def _bury_unknown(self, job: Job) -> None:
-        exc = UnknownTaskError(
-            f"no task named {job.task_name!r} is registered in this worker; the worker never "
-            "imports a path taken from the database. If the task exists, restart the workers "
-            "so they import it, then run `manage.py retry_dead_letters --reason-prefix "
-            "unknown_task:`"
-        )
-        logger.error("%s (job %s)", exc, job.pk, extra={"action": "unknown_task", "job_id": job.pk})
-        self._persist(
-            lambda: self._bury(
-                job,
-                reason=f"unknown_task: {job.task_name}",
-                error=format_error(exc),
-                tb="",
-                metadata={"attempts": job.attempts},
-            )
+    def _succeed(self, job: Job, result: object) -> None:
+        """Record a successful run (:func:`~django_debounce.outcomes.record_success`)."""
+        outcomes.record_success(
+            job, result, worker_id=self.worker_id, using=self.using, retry_for=self.lease
         )

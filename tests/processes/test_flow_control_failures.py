@@ -211,8 +211,9 @@ def test_a_long_sweep_renews_the_leases_of_the_jobs_the_worker_is_running(settin
     from django.utils import timezone
 
     from django_debounce.claim import claim_jobs
+    from django_debounce.leases import reclaim_expired_leases
     from django_debounce.models import DeadLetter
-    from django_debounce.worker import Worker, reclaim_expired_leases
+    from django_debounce.worker import Worker
 
     settings.DEBOUNCE_DEAD_LETTER_AUTO_RETRY = AUTO
     _backlog(30)  # 30 retries x 5 s = 150 s, over the 60 s lease
