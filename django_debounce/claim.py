@@ -20,11 +20,14 @@ flow control is :mod:`django_debounce.admission` and :mod:`django_debounce.codel
 
 from __future__ import annotations
 
+import logging
+import random
+import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, OperationalError, connections, transaction
 from django.db.models.sql.query import Query
 from django.utils import timezone
 
@@ -41,9 +44,13 @@ from .claim_queries import (
     one_statement_applies,
 )
 from .codel import apply_codel
+from .core import is_contention
 from .models import Job
 from .outcomes import expire_jobs
 from .shedding import shed_job
+
+#: The worker's documented logger (docs/reference/commands.md): claim lines keep its name.
+logger = logging.getLogger("django_debounce.worker")
 
 Status = Job.Status
 
@@ -109,14 +116,53 @@ def claim_batch(
     queues: Sequence[str] | None = None,
     using: str = DEFAULT_DB_ALIAS,
     peek: bool = False,
+    attempts: int = 1,
 ) -> ClaimedBatch:
     """Claim as :func:`claim_jobs` does; return the jobs with their ``started_at`` before the claim.
 
     For an executor that may have to put claimed jobs back unstarted
-    (:func:`~django_debounce.outcomes.release_unstarted` needs
+    (:func:`~django_debounce.leases.release_unstarted` needs
     :attr:`ClaimedBatch.started_before`); otherwise call :func:`claim_jobs`.
-    The arguments and errors are those of :func:`claim_jobs`.
+
+    ``attempts`` (≥ 1) is how many claims to make in a row when each loses a
+    deadlock or a lock wait (:func:`~django_debounce.core.is_contention`, as on
+    the enqueue side, §4.4: e.g. MariaDB's deadlock 1213), which rolled the
+    claim back whole: the next one is made at once, later ones after a short
+    random pause, each logged at DEBUG (action ``claim_retry``). Inside a
+    caller's transaction contention is raised at once: the server rolled that
+    transaction back too. The other arguments and the errors are those of
+    :func:`claim_jobs`.
     """
+    attempt = 1
+    while True:
+        try:
+            return _claim_once(
+                worker_id=worker_id, limit=limit, lease=lease, queues=queues, using=using, peek=peek
+            )
+        except OperationalError as exc:
+            if attempt >= attempts or not is_contention(exc) or connections[using].in_atomic_block:
+                raise
+            logger.debug(
+                "claim lost a deadlock or waited on a lock (attempt %d): %s; claiming again",
+                attempt,
+                exc,
+                extra={"action": "claim_retry"},
+            )
+            if attempt > 1:  # the first retry is immediate, as on the enqueue side
+                time.sleep(min(0.5, 0.002 * 2**attempt) * random.random())
+            attempt += 1
+
+
+def _claim_once(
+    *,
+    worker_id: str,
+    limit: int,
+    lease: timedelta,
+    queues: Sequence[str] | None,
+    using: str,
+    peek: bool,
+) -> ClaimedBatch:
+    """Make one claim as :func:`claim_jobs` describes it."""
     if limit <= 0:
         return ClaimedBatch()
     queues = list(queues) if queues is not None else None  # read more than once below

@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import os
 import queue as queue_module
-import random
 import signal
 import socket
 import threading
@@ -33,52 +32,32 @@ from datetime import datetime, timedelta
 from types import FrameType
 from typing import Any
 
-from asgiref.sync import async_to_sync
 from django.db import (
     DEFAULT_DB_ALIAS,
     DatabaseError,
     InterfaceError,
-    OperationalError,
     close_old_connections,
     connections,
     router,
-    transaction,
 )
 from django.utils import timezone
 
-from . import codec, leases, outcomes, registry
+from . import leases, outcomes
 from .claim import claim_batch
 from .conf import settings
-from .context import JobContext
-from .core import is_contention
+from .connection_upkeep import close_dropped_connections, upkeep_loop_connection
+from .execution import run_job
+from .lease_keeper import InlineLeaseKeeper
 from .models import Job
-from .signals import job_started, send_signal
 from .sweep import auto_retry
 
 logger = logging.getLogger("django_debounce.worker")
 
-#: Seconds a busy worker's loop connection may sit unused before the loop tests it
-#: (``SELECT 1``) instead of trusting it: a fast drain never pays the test, a loop that
-#: waited through long jobs notices a connection a server idle timeout closed.
-LOOP_RECHECK_AFTER = 1.0
-
-#: Claims a worker makes in a row when each loses to lock contention (``Worker._claim``).
+#: Claims a worker makes in a row when each loses to lock contention (``claim_batch``'s
+#: ``attempts``): contention is not a database outage.
 CLAIM_ATTEMPTS = 5
 
 Status = Job.Status
-
-
-def _close_dropped_connections() -> None:
-    """Close this thread's persistent connections that the server dropped (§7).
-
-    ``close_old_connections()`` tests a connection only after an error on it,
-    so one killed while idle (``CONN_MAX_AGE`` > 0, a database restart, an
-    idle timeout) would fail the next job's first query and spend a retry.
-    One ``SELECT 1`` before a job on a reused connection avoids that.
-    """
-    for conn in connections.all(initialized_only=True):
-        if conn.connection is not None and not conn.in_atomic_block and not conn.is_usable():
-            conn.close()
 
 
 class Worker:
@@ -147,11 +126,6 @@ class Worker:
         # Claimed jobs not started yet: their started_at from before the claim (to put back).
         self._started_before: dict[int, datetime | None] = {}
         self._lock = threading.Lock()
-        # Inline mode's lease keeper (one thread per run): when the running job's lease is due
-        # for renewal (monotonic seconds; None while no job runs), and whether the run is over.
-        self._keeper = threading.Condition()
-        self._renew_due: float | None = None
-        self._run_over = False
         self._loop_used_at = 0.0  # monotonic time the threaded loop last used its connection
 
     # -- control -----------------------------------------------------------------
@@ -254,42 +228,16 @@ class Worker:
         self._next_sweep_at = now + config.every
 
     def _claim(self, limit: int) -> list[Job]:
-        """Claim up to ``limit`` jobs; a claim that lost a deadlock or lock wait claims again.
-
-        Lock contention (:func:`~django_debounce.core.is_contention`, as on the
-        enqueue side, §4.4: e.g. MariaDB's deadlock 1213) rolled the claim
-        back whole; it is retried at once, up to ``CLAIM_ATTEMPTS`` claims,
-        and logged at DEBUG, not taken for a database outage (an ERROR and a
-        back-off in the loop). Inside a caller's transaction it is raised: the
-        server rolled that transaction back too.
-        """
-        for attempt in range(1, CLAIM_ATTEMPTS + 1):
-            try:
-                claim = claim_batch(
-                    worker_id=self.worker_id,
-                    limit=limit,
-                    lease=self.lease,
-                    queues=self.queues,
-                    using=self.using,
-                    peek=self._idle,
-                )
-            except OperationalError as exc:
-                if (
-                    attempt == CLAIM_ATTEMPTS
-                    or not is_contention(exc)
-                    or connections[self.using].in_atomic_block
-                ):
-                    raise
-                logger.debug(
-                    "claim lost a deadlock or waited on a lock (attempt %d): %s; claiming again",
-                    attempt,
-                    exc,
-                    extra={"action": "claim_retry"},
-                )
-                if attempt > 1:  # the first retry is immediate, as on the enqueue side
-                    time.sleep(min(0.5, 0.002 * 2**attempt) * random.random())
-                continue
-            break
+        """Claim up to ``limit`` jobs, claiming again after lock contention (``CLAIM_ATTEMPTS``)."""
+        claim = claim_batch(
+            worker_id=self.worker_id,
+            limit=limit,
+            lease=self.lease,
+            queues=self.queues,
+            using=self.using,
+            peek=self._idle,
+            attempts=CLAIM_ATTEMPTS,
+        )
         with self._lock:
             self._started_before.update(claim.started_before)
         # After a short batch the queue is probably drained: peek before locking next time.
@@ -332,16 +280,7 @@ class Worker:
                 connections[self.using].close()
 
     def _run_inline(self) -> None:
-        # One lease keeper for the whole run, not a thread per job: starting and joining a
-        # thread per job took about a third of a no-op job's time (bench/peers.py, decision 66).
-        interval = self.lease.total_seconds() / 3
-        with self._keeper:
-            self._renew_due, self._run_over = None, False
-        keeper = threading.Thread(
-            target=self._keep_lease_inline, name="debounce-lease", daemon=True
-        )
-        keeper.start()
-        try:
+        with InlineLeaseKeeper(self._renew_leases, self.lease) as keeper:
             self._maintain()
             while not self._stopping.is_set() and self._claim_capacity() > 0:
                 jobs = self._claim(1)
@@ -353,50 +292,12 @@ class Worker:
                 self._claimed_total += 1
                 with self._lock:
                     self._in_flight[job.pk] = job
-                with self._keeper:
-                    self._renew_due = time.monotonic() + interval
-                    self._keeper.notify()
                 try:
-                    self._process(job)
+                    with keeper.running():
+                        self._process(job)
                 finally:
-                    with self._keeper:
-                        self._renew_due = None
                     with self._lock:
                         self._in_flight.pop(job.pk, None)
-        finally:
-            with self._keeper:
-                self._run_over = True
-                self._keeper.notify()
-            keeper.join()
-
-    def _keep_lease_inline(self) -> None:
-        """Renew the lease of the job running inline each time it has run a third of the lease.
-
-        A job that finishes within a third of its lease is never renewed (its claim's lease
-        is enough), so a run of short jobs costs no query here.
-        """
-        interval = self.lease.total_seconds() / 3
-        try:
-            while True:
-                with self._keeper:
-                    while True:
-                        if self._run_over:
-                            return
-                        now = time.monotonic()
-                        due = self._renew_due
-                        if due is not None and now >= due:
-                            break
-                        self._keeper.wait(None if due is None else due - now)
-                    self._renew_due = now + interval
-                try:
-                    self._renew_leases()  # renews whatever is in flight: a job that just ended has left
-                except (DatabaseError, InterfaceError):
-                    logger.exception("lease renewal failed", extra={"action": "renew_error"})
-                finally:
-                    # Idle until the next renewal: CONN_MAX_AGE decides whether to keep it.
-                    close_old_connections()
-        finally:
-            connections.close_all()
 
     def _run_threaded(self) -> None:
         threads = [
@@ -414,7 +315,9 @@ class Worker:
                 claimed: list[Job] = []
                 capacity = self._claim_capacity()
                 try:
-                    self._upkeep_loop_connection(idle)
+                    upkeep_loop_connection(
+                        self.using, idle=idle, unused_for=time.monotonic() - self._loop_used_at
+                    )
                     self._maintain()
                     if self._in_flight and time.monotonic() >= next_renew:
                         self._renew_leases()
@@ -458,44 +361,6 @@ class Worker:
                 )
         finally:
             self._drain(threads)
-
-    def _upkeep_loop_connection(self, idle: bool) -> None:
-        """Apply ``CONN_MAX_AGE`` to the loop's connection (decision 66).
-
-        The loop's connection is the worker's own (claims, lease renewal,
-        reclaim, sweep), not a task's: it is kept while jobs run or were just
-        claimed. Only after an idle poll does Django's ``close_old_connections()``
-        run, so with ``CONN_MAX_AGE=0`` a busy worker does not reconnect for every
-        claim and an idle one still reconnects on each poll. A positive
-        ``CONN_MAX_AGE`` is honoured while busy too, by the connection's age
-        alone (no health-check query per claim), and a connection left unused
-        for ``LOOP_RECHECK_AFTER`` seconds or more (the loop waited through long
-        jobs) is tested with ``is_usable()`` first: a server or proxy idle timeout
-        (``idle_session_timeout``, PgBouncer) may have closed it, and a failed claim
-        would cost a logged error and a back-off. A connection broken by a
-        database error is closed where the error is caught.
-        """
-        if idle:
-            close_old_connections()
-            return
-        conn = connections[self.using]
-        if (
-            conn.connection is not None
-            and not conn.in_atomic_block
-            and time.monotonic() - self._loop_used_at >= LOOP_RECHECK_AFTER
-            and not conn.is_usable()
-        ):
-            # Unused through a long job: a server or proxy idle timeout may have closed it.
-            conn.close()
-            return
-        if (
-            conn.connection is not None
-            and conn.settings_dict["CONN_MAX_AGE"]  # 0 means: close when idle (above)
-            and conn.close_at is not None
-            and time.monotonic() >= conn.close_at
-            and not conn.in_atomic_block
-        ):
-            conn.close()
 
     def _wait(self, timeout: float) -> None:
         """Sleep up to ``timeout`` seconds, waking early when a job finishes or on stop."""
@@ -550,7 +415,7 @@ class Worker:
                     return
                 try:
                     close_old_connections()
-                    _close_dropped_connections()
+                    close_dropped_connections()
                     if self._may_start(job):
                         self._process(job)
                 except Exception:
@@ -567,65 +432,7 @@ class Worker:
     def _process(self, job: Job) -> None:
         with self._lock:
             self.processed += 1
-        task = registry.lookup(job.task_name)
-        if task is None:
-            outcomes.bury_unknown_task(
-                job, worker_id=self.worker_id, using=self.using, retry_for=self.lease
-            )
-            return
-        logger.info(
-            "running job %s (%s), attempt %d",
-            job.pk,
-            job.task_name,
-            job.attempts,
-            extra={"action": "start_job", "job_id": job.pk},
-        )
-        send_signal(job_started, job=job)
-        try:
-            args, kwargs = codec.decode_call(job.args, job.kwargs)
-            if task.options.takes_context:  # Django's takes_context: the context comes first
-                args = [JobContext.for_job(job), *args]
-            # Inside a caller's transaction (an inline --burst in a test, say) the task runs
-            # after a savepoint: a database error in the task rolls back to it, so the
-            # caller's transaction stays usable and the outcome can be recorded; any other
-            # exception keeps the task's writes, as they would be kept in autocommit.
-            savepoint = (
-                connections[self.using].savepoint()  # transaction.savepoint(): deprecated in 6.1
-                if connections[self.using].in_atomic_block
-                else None
-            )
-            try:
-                if task.is_async:
-                    result = async_to_sync(task.func)(*args, **kwargs)
-                else:
-                    result = task.func(*args, **kwargs)
-            except DatabaseError:
-                if savepoint:
-                    # Django marked the transaction broken; clear the mark so that the
-                    # ROLLBACK TO SAVEPOINT can run (the documented manual-savepoint dance).
-                    transaction.set_rollback(False, using=self.using)
-                    transaction.savepoint_rollback(savepoint, using=self.using)
-                raise
-            if savepoint:
-                transaction.savepoint_commit(savepoint, using=self.using)
-        except Exception as exc:
-            logger.exception(
-                "job %s (%s) raised",
-                job.pk,
-                job.task_name,
-                extra={"action": "job_error", "job_id": job.pk},
-            )
-            outcomes.record_failure(
-                job,
-                exc,
-                worker_id=self.worker_id,
-                using=self.using,
-                min_backoff=task.options.min_backoff,
-                max_backoff=task.options.max_backoff,
-                retry_for=self.lease,
-            )
-        else:
-            self._succeed(job, result)
+        run_job(job, worker_id=self.worker_id, using=self.using, retry_for=self.lease)
 
     def _succeed(self, job: Job, result: object) -> None:
         """Record a successful run (:func:`~django_debounce.outcomes.record_success`)."""
