@@ -140,7 +140,8 @@ def record_failure(
         min_backoff, max_backoff: the task's backoff bounds (``None``: the
             ``DEBOUNCE_MIN_BACKOFF`` / ``DEBOUNCE_MAX_BACKOFF`` settings).
         retry_for: as for :func:`record_success`.
-        now: the failure's time (default: now); the retry is due after it.
+        now: the failure's time (default: now); the retry is due after it. A
+            dead letter is stamped with its write's own time.
 
     Raises:
         OperationalError, InterfaceError: as for :func:`record_success`.
