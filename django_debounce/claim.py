@@ -45,9 +45,9 @@ from .claim_queries import (
 )
 from .codel import apply_codel
 from .core import is_contention
+from .lifecycle import shed
 from .models import Job
 from .outcomes import expire_jobs
-from .shedding import shed_job
 
 #: The worker's documented logger (docs/reference/commands.md): claim lines keep its name.
 logger = logging.getLogger("django_debounce.worker")
@@ -322,7 +322,7 @@ def _take_admitted(
         decision, lost = _admit_and_lock(gate, shape, candidates, room, now=now, using=using)
         for job, job_gate in decision.to_shed:
             reason, metadata = admission.shed_reason(job_gate)
-            shed_job(job, reason=reason, metadata=metadata, now=now, using=using)
+            shed(job, reason=reason, metadata=metadata, now=now, using=using)
         jobs.extend(decision.admitted)
         if len(jobs) >= limit or read < batch:
             break

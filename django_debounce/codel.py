@@ -54,10 +54,9 @@ from datetime import datetime, timedelta
 
 from django.db import DEFAULT_DB_ALIAS, connections
 
-from . import registry
+from . import lifecycle, registry
 from .conf import CodelSettings, settings
 from .models import Job, QueueState
-from .shedding import shed_job
 
 logger = logging.getLogger("django_debounce.codel")
 
@@ -288,7 +287,7 @@ def apply_codel(
     :class:`~django_debounce.models.QueueState` rows (``SELECT … FOR UPDATE``,
     ordered by queue; missing rows are created first), feeds each candidate in
     claim order through :func:`step`, sheds the dropped ones with
-    :func:`~django_debounce.shedding.shed_job` (reason ``codel: …``, metadata
+    :func:`~django_debounce.lifecycle.shed` (reason ``codel: …``, metadata
     ``{"codel": True, "sojourn_seconds", "target_seconds",
     "interval_seconds"}``), and saves the states.
 
@@ -354,7 +353,7 @@ def apply_codel(
             continue
         wait = sojourn.total_seconds()
         target = params.target.total_seconds()
-        letter = shed_job(
+        letter = lifecycle.shed(
             job,
             reason=(
                 f"codel: waited {wait:.1f}s, over target {target:g}s for a full interval "

@@ -18,9 +18,8 @@ from datetime import datetime, timedelta
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.utils import timezone
 
-from .dependencies import cancel_dependents
+from .lifecycle import bury_lapsed
 from .models import DeadLetter, Job
-from .outcome_writes import dead_letter_for, set_failed
 from .signals import job_dead_lettered, send_signal
 
 #: The worker's documented logger (docs/reference/commands.md): lease lines keep its name.
@@ -63,7 +62,8 @@ def reclaim_expired_leases(
 
     A job that still has retries left goes back to READY, keeping its
     ``run_at`` (its place in line); one whose ``attempts`` already used every
-    retry is FAILED with a dead letter (a job that kills its workers, §11).
+    retry is FAILED with a dead letter (a job that kills its workers, §11;
+    :func:`~django_debounce.lifecycle.bury_lapsed`).
     At most ``limit`` jobs per call, the longest lapsed first.
 
     Returns:
@@ -96,26 +96,7 @@ def reclaim_expired_leases(
                 status=Status.READY, worker_id="", lease_expires_at=None
             )
         if exhausted:
-            error = LEASE_EXPIRED_ERROR
-            set_failed(
-                Job.objects.using(using).filter(pk__in=[j.pk for j in exhausted]),
-                now=now,
-                error=error,
-                tb=None,
-            )
-            for job in exhausted:
-                letters.append(
-                    dead_letter_for(
-                        job,
-                        reason=f"failed: lease expired after {job.attempts} attempt(s); {error}",
-                        error=error,
-                        tb="",
-                        metadata={"attempts": job.attempts, "worker_id": job.worker_id},
-                        using=using,
-                    )
-                )
-            DeadLetter.objects.using(using).bulk_create(letters)
-            cancel_dependents([job.pk for job in exhausted], now=now, using=using)
+            letters = bury_lapsed(exhausted, error=LEASE_EXPIRED_ERROR, now=now, using=using)
     for job in stale:
         logger.warning(
             "job %s (%s) lost its lease on worker %s; %s",

@@ -15,34 +15,36 @@ nothing and the run's outcome is discarded (§11). A write that meets a
 transient database error is retried for up to ``retry_for``
 (:func:`~django_debounce.db_errors.retry_transient`); one the database refuses for good ends the job
 FAILED with a dead letter naming the refusal, so a run is never repeated
-because its outcome could not be written. The status writes themselves are
-:mod:`django_debounce.outcome_writes`, one function per kind. Renewing leases,
-reclaiming lapsed ones and putting unstarted jobs back is
-:mod:`django_debounce.leases`.
+because its outcome could not be written. The terminal writes themselves
+(succeed, bury, expire) are :mod:`django_debounce.lifecycle`'s; the retry
+write, which does not end the job, is here. Renewing leases, reclaiming
+lapsed ones and putting unstarted jobs back is :mod:`django_debounce.leases`.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import transaction
 from django.utils import timezone
 
+from . import admission, lifecycle, registry
 from .conf import settings
 from .db_errors import is_transient, retry_transient
 from .exceptions import UnknownTaskError
-from .models import Job
-from .outcome_writes import (
-    counted_in_breaker,
+from .final_failures import (
+    bury_unstorable,
     fail_with_dead_letter,
-    set_expired,
-    set_retry,
-    set_succeeded,
+    log_discarded_late_run,
+    log_refused,
 )
+from .models import Job
 from .retry import backoff_delay
 from .signals import job_finished, send_signal
-from .storable import ascii_text, format_error, format_traceback, short_repr, storable_result
+from .storable import format_error, format_traceback, short_repr, storable_result
 
 #: The worker's documented logger (docs/reference/commands.md): outcome lines keep its name.
 logger = logging.getLogger("django_debounce.worker")
@@ -89,12 +91,10 @@ def record_success(
     except Exception as exc:
         if is_transient(exc):
             raise  # the database stayed unreachable for a whole lease: an outage
-        _log_refused(job, "result", exc)
+        log_refused(job, "result", exc)
         fallback = short_repr(result)
         if fallback == stored:
-            _bury_unstorable(
-                job, "result", exc, worker_id=worker_id, using=using, patience=patience
-            )
+            bury_unstorable(job, "result", exc, worker_id=worker_id, using=using, patience=patience)
             return
         try:
             _write_success(
@@ -103,8 +103,8 @@ def record_success(
         except Exception as again:
             if is_transient(again):
                 raise
-            _log_refused(job, "short repr of the result", again)
-            _bury_unstorable(
+            log_refused(job, "short repr of the result", again)
+            bury_unstorable(
                 job, "result", again, worker_id=worker_id, using=using, patience=patience
             )
 
@@ -163,8 +163,8 @@ def record_failure(
     except Exception as refused:
         if is_transient(refused):
             raise  # the database stayed unreachable for a whole lease: an outage
-        _log_refused(job, "error", refused)
-        _bury_unstorable(
+        log_refused(job, "error", refused)
+        bury_unstorable(
             job, "error", refused, worker_id=worker_id, using=using, patience=patience, error=error
         )
 
@@ -208,7 +208,7 @@ def expire_jobs(ids: list[int], *, now: datetime, using: str) -> None:
     (§8: a planned outcome); their dependents are cancelled in the same
     transaction (§11). ``now`` is the claim's clock, written as ``finished_at``.
     """
-    set_expired(ids, now=now, using=using)
+    lifecycle.expire(ids, now=now, using=using)
     logger.info(
         "expired %d job(s) not started by their expiry: %s",
         len(ids),
@@ -226,9 +226,11 @@ def _write_success(
     """Write SUCCESSFUL with ``stored`` (the result's JSON), log it and send ``job_finished``."""
     now = now or timezone.now()
     updated = retry_transient(
-        lambda: counted_in_breaker(
+        lambda: _counted_in_breaker(
             job,
-            lambda: set_succeeded(job, worker_id=worker_id, result=stored, now=now, using=using),
+            lambda: lifecycle.succeed(
+                job, worker_id=worker_id, result=stored, now=now, using=using
+            ),
             succeeded=True,
             now=now,
             using=using,
@@ -237,10 +239,8 @@ def _write_success(
         patience=patience,
     )
     if not updated:
-        _log_discarded_late_run(job)
+        log_discarded_late_run(job)
         return
-    job.status, job.result, job.finished_at = Status.SUCCESSFUL, stored, now
-    job.lease_expires_at = job.unique_lock = None
     logger.info(
         "job %s (%s) succeeded on attempt %d",
         job.pk,
@@ -278,7 +278,7 @@ def _write_failure(
             patience=patience,
         )
         if letter is None:
-            _log_discarded_late_run(job)
+            log_discarded_late_run(job)
         return
     delay = backoff_delay(
         job.attempts,
@@ -288,9 +288,9 @@ def _write_failure(
     )
     run_at = now + delay
     updated = retry_transient(
-        lambda: counted_in_breaker(
+        lambda: _counted_in_breaker(
             job,
-            lambda: set_retry(
+            lambda: _write_retry(
                 job, worker_id=worker_id, run_at=run_at, error=error, tb=tb, using=using
             ),
             succeeded=False,
@@ -301,7 +301,7 @@ def _write_failure(
         patience=patience,
     )
     if not updated:
-        _log_discarded_late_run(job)
+        log_discarded_late_run(job)
         return
     job.status, job.run_at, job.error, job.traceback = Status.READY, run_at, error, tb
     logger.info(
@@ -316,70 +316,37 @@ def _write_failure(
     send_signal(job_finished, job=job, status=job.status)
 
 
-def _bury_unstorable(
-    job: Job,
-    what: str,
-    refused: BaseException,
-    *,
-    worker_id: str,
-    using: str,
-    patience: timedelta,
-    error: str = "",
-) -> None:
-    """Fail ``job`` for good because the database refused its outcome (``what``).
+def _write_retry(
+    job: Job, *, worker_id: str, run_at: datetime, error: str, tb: str, using: str
+) -> int:
+    """Put this run's job back READY at ``run_at`` with the run's error; 0 if the run was late."""
+    return (
+        Job.objects.using(using)
+        .current_run(job.pk, attempts=job.attempts, worker_id=worker_id)
+        .update(
+            status=Status.READY,
+            run_at=run_at,
+            worker_id="",
+            lease_expires_at=None,
+            error=error,
+            traceback=tb,
+        )
+    )
 
-    The dead letter's reason names the refusal; the texts are written as
-    ASCII (``backslashreplace``), which every database stores. Metadata:
-    ``{"attempts": N, "unstorable": what}``. If even this write is refused,
-    the error is logged and the job is left to its lease.
+
+def _counted_in_breaker(
+    job: Job, write: Callable[[], int], *, succeeded: bool, now: datetime, using: str
+) -> int:
+    """Run the fenced outcome ``write``; count the run in the task's circuit breaker if it hit.
+
+    The count (:func:`admission.record_run`, §6) shares the write's
+    transaction; a late run (its job reclaimed) counts for nothing.
     """
-    cause = format_error(refused)
-    run = "succeeded but its result" if what == "result" else "failed and its error"
-    reason = ascii_text(
-        f"failed: {job.attempts} attempt(s); the run {run} could not be stored: {cause}"
-    )
-    try:
-        letter = retry_transient(
-            lambda: fail_with_dead_letter(
-                job,
-                worker_id=worker_id,
-                using=using,
-                reason=reason[:2000],
-                error=ascii_text(error or cause),
-                tb=ascii_text(format_traceback(refused)),
-                metadata={"attempts": job.attempts, "unstorable": what},
-            ),
-            using=using,
-            patience=patience,
-        )
-    except Exception:
-        logger.exception(
-            "job %s (%s): the database refused its dead letter too; the job is left to its lease",
-            job.pk,
-            job.task_name,
-            extra={"action": "outcome_refused", "job_id": job.pk},
-        )
-        return
-    if letter is None:
-        _log_discarded_late_run(job)
-
-
-def _log_discarded_late_run(job: Job) -> None:
-    logger.warning(
-        "job %s (%s): lease lapsed and the job was reclaimed; this run's outcome is discarded",
-        job.pk,
-        job.task_name,
-        extra={"action": "late_result", "job_id": job.pk},
-    )
-
-
-def _log_refused(job: Job, what: str, exc: BaseException) -> None:
-    logger.error(
-        "job %s (%s): the database refused the %s of attempt %d (%s)",
-        job.pk,
-        job.task_name,
-        what,
-        job.attempts,
-        format_error(exc),
-        extra={"action": "outcome_refused", "job_id": job.pk},
-    )
+    task = registry.lookup(job.task_name)
+    if task is None or task.options.circuit_breaker is None:
+        return write()
+    with transaction.atomic(using=using):
+        updated = write()
+        if updated:
+            admission.record_run(job, succeeded=succeeded, now=now, using=using)
+        return updated

@@ -11,8 +11,8 @@ from django.db import connections
 
 from django_debounce.conf import AutoRetry, parse_auto_retry
 from django_debounce.exceptions import ConfigurationError
+from django_debounce.lifecycle import shed as shed_job
 from django_debounce.models import DeadLetter, Job
-from django_debounce.shedding import shed_job
 from django_debounce.sweep import auto_retry, retry_dead_letters
 from django_debounce.worker import Worker
 from tests.conftest import T

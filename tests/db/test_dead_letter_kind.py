@@ -15,9 +15,9 @@ from django.db.migrations.executor import MigrationExecutor
 from django.urls import reverse
 
 from django_debounce import lifecycle
+from django_debounce.leases import reclaim_expired_leases
 from django_debounce.models import DeadLetter, Job
 from django_debounce.sweep import retry_dead_letters
-from django_debounce.leases import reclaim_expired_leases
 from tests.conftest import T
 from tests.factories import DeadLetterFactory, JobFactory
 
