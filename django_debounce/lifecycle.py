@@ -383,7 +383,8 @@ def succeed(
             unique_lock=None,
         )
 
-    entry = compiled.compiled(("lifecycle_succeed",), build, _SUCCESS_SLOTS, using)
+    # One entry for every result (tests/processes/test_claim_cache_and_connection_attacks.py).
+    entry = compiled.compiled(("record_success",), build, _SUCCESS_SLOTS, using)
     values = {
         "pk": job.pk,
         "worker_id": worker_id,
