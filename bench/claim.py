@@ -100,7 +100,7 @@ def claim_all(jobs: int, limit: int) -> tuple[float, int]:
 
 def check_path(variant: str) -> None:
     """Fail unless the variant's flow-control state rows were written (its path really ran)."""
-    from django_debounce.admission import current_gates
+    from django_debounce.claim_rules import current_gates
     from django_debounce.models import QueueState, TaskState
 
     if variant.startswith("gate") and not current_gates():

@@ -25,7 +25,7 @@ but finds no token is shed instead (``shed:`` dead letter). A breaker never
 sheds: while open, jobs wait.
 
 :class:`Gate`, :func:`gate_for`, :func:`current_gates` and :func:`shed_reason`
-live in :mod:`django_debounce.claim_rules` and are re-exported here.
+live in :mod:`django_debounce.claim_rules`.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from django.db.models import Count
 
 from . import registry
 from .breaker import CLOSED, HALF_OPEN, OPEN
-from .claim_rules import Gate, current_gates, gate_for, live_lease, shed_reason, verdict
+from .claim_rules import Gate, live_lease, verdict
 from .models import Job, TaskState
 
 logger = logging.getLogger("django_debounce.admission")
@@ -73,7 +73,7 @@ class Admission:
     """The gate of one claim transaction; create it inside ``transaction.atomic``.
 
     Args:
-        gates: :func:`current_gates` (non-empty).
+        gates: :func:`~.claim_rules.current_gates` (non-empty).
         now: the claim's instant (aware datetime; ``timezone.now()``).
         using: database alias.
 
@@ -371,9 +371,5 @@ __all__ = [
     "Admission",
     "Checkpoint",
     "Decision",
-    "Gate",
-    "current_gates",
-    "gate_for",
     "record_run",
-    "shed_reason",
 ]

@@ -38,11 +38,11 @@ from .claim_queries import (
     ClaimShape,
     anything_claimable,
     claim_in_one_statement,
-    claimable_jobs,
     lock_due,
     mark_running,
     one_statement_applies,
 )
+from .claim_rules import Gate, claimable_jobs, current_gates, shed_reason
 from .codel import apply_codel
 from .core import is_contention
 from .lifecycle import shed
@@ -171,7 +171,7 @@ def _claim_once(
         # Nothing due: answer without a locking transaction (on SQLite an IMMEDIATE
         # transaction takes the database's write lock and would stall producers).
         return ClaimedBatch()
-    gates = admission.current_gates()  # pure Python; empty: the fast path
+    gates = current_gates()  # pure Python; empty: the fast path
     if not gates and one_statement_applies(queues, using):
         claimed = claim_in_one_statement(
             worker_id=worker_id, limit=limit, lease=lease, queues=queues, using=using
@@ -271,7 +271,7 @@ _MAX_EXAMINED = 2000
 
 def _take_admitted(
     shape: ClaimShape,
-    gates: dict[str, admission.Gate],
+    gates: dict[str, Gate],
     *,
     limit: int,
     now: datetime,
@@ -321,7 +321,7 @@ def _take_admitted(
             candidates = [job for job in candidates if job.pk not in expired]
         decision, lost = _admit_and_lock(gate, shape, candidates, room, now=now, using=using)
         for job, job_gate in decision.to_shed:
-            reason, metadata = admission.shed_reason(job_gate)
+            reason, metadata = shed_reason(job_gate)
             shed(job, reason=reason, metadata=metadata, now=now, using=using)
         jobs.extend(decision.admitted)
         if len(jobs) >= limit or read < batch:

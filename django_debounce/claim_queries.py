@@ -25,44 +25,16 @@ from functools import cache
 from typing import Any
 
 from django.db import connections
-from django.db.models import Exists, F, OuterRef, Q, QuerySet
+from django.db.models import F, QuerySet
 from django.db.models.sql.query import Query
 from django.utils import timezone
 
 from . import compiled
+from .claim_rules import claimable_jobs
 from .conf import settings
-from .models import Job, JobDependency
+from .models import Job
 
 Status = Job.Status
-
-
-def claimable_jobs(now: datetime, queues: Sequence[str] | None = None) -> QuerySet[Job]:
-    """Return the queryset of jobs a worker may claim at ``now``, in claim order.
-
-    Due (``run_at <= now``), READY, in ``queues`` (all when ``None``), and
-    not held back by another job of the same debounce key that
-    is RUNNING under a live lease or READY and due ahead of it (§4.5), nor
-    by a dependency that has not succeeded yet (§6; a job without
-    dependencies costs one probe of the ``JobDependency.job`` index).
-    """
-    waiting = JobDependency.objects.filter(job=OuterRef("pk")).exclude(
-        dependency__status=Status.SUCCESSFUL
-    )
-    ahead = (
-        Job.objects.filter(key_hash=OuterRef("key_hash"))
-        .exclude(pk=OuterRef("pk"))
-        .filter(
-            Q(status=Status.RUNNING, lease_expires_at__gt=now)
-            | Q(status=Status.READY, run_at__lt=OuterRef("run_at"))
-            | Q(status=Status.READY, run_at=OuterRef("run_at"), pk__lt=OuterRef("pk"))
-        )
-    )
-    qs = Job.objects.filter(status=Status.READY, run_at__lte=now)
-    if queues:
-        qs = qs.filter(queue__in=list(queues))
-    qs = qs.filter(Q(key_hash__isnull=True) | ~Exists(ahead))
-    qs = qs.filter(~Exists(waiting))
-    return qs.order_by("-priority", "run_at", "id")
 
 
 @dataclass
@@ -217,15 +189,12 @@ def one_statement_applies(queues: Sequence[str] | None, using: str) -> bool:
     return not codel or (bool(queues) and not any(queue in codel for queue in queues or ()))
 
 
-#: The one-statement claim's SQL by the SQL of its compiled id query (:func:`_one_statement_sql`).
-_one_statement_sqls: dict[str, str] = {}
-
-
 def _one_statement_sql(pick_sql: str, quote: Callable[[str], str]) -> str:
     """Return the one-statement claim around the compiled id query ``pick_sql``.
 
     ``quote`` quotes a column or table name (``connection.ops.quote_name``). Built
-    once per id query and kept (as many as :data:`compiled.MAX_ENTRIES`).
+    once per id query and kept by the compiled SQL's one caching rule
+    (:func:`compiled.derived_sql`).
 
     ``picked`` locks the claim's rows (``FOR UPDATE SKIP LOCKED``, in claim
     order, up to the limit) with their ``started_at`` from before the claim;
@@ -240,9 +209,13 @@ def _one_statement_sql(pick_sql: str, quote: Callable[[str], str]) -> str:
     RUNNING status, worker id, ``now`` (started_at), the lease's end, the READY
     status.
     """
-    found = _one_statement_sqls.get(pick_sql)
-    if found is not None:
-        return found
+    return compiled.derived_sql(
+        ("claim_oneshot", pick_sql), lambda: _write_one_statement_sql(pick_sql, quote)
+    )
+
+
+def _write_one_statement_sql(pick_sql: str, quote: Callable[[str], str]) -> str:
+    """Write the SQL :func:`_one_statement_sql` describes (no cache)."""
     meta = Job._meta
     table = quote(meta.db_table)
     columns = {field.name: quote(str(field.column)) for field in meta.concrete_fields}
@@ -251,7 +224,7 @@ def _one_statement_sql(pick_sql: str, quote: Callable[[str], str]) -> str:
         return columns[name]
 
     returning = ", ".join(f"{table}.{name}" for name in columns.values())
-    found = (
+    return (
         f"WITH picked (pk, expires_at, started_before) AS ({pick_sql}), "
         "stale AS (SELECT count(*) AS n FROM picked WHERE picked.expires_at <= %s), "
         f"claimed AS (UPDATE {table} SET {column('status')} = %s, {column('window_key')} = NULL, "
@@ -263,10 +236,6 @@ def _one_statement_sql(pick_sql: str, quote: Callable[[str], str]) -> str:
         f"RETURNING picked.started_before, {returning}) "
         "SELECT stale.n, claimed.* FROM stale LEFT JOIN claimed ON TRUE"
     )
-    if len(_one_statement_sqls) >= compiled.MAX_ENTRIES:
-        _one_statement_sqls.clear()
-    _one_statement_sqls[pick_sql] = found
-    return found
 
 
 def claim_in_one_statement(
@@ -349,7 +318,6 @@ __all__ = [
     "ClaimedBatch",
     "anything_claimable",
     "claim_in_one_statement",
-    "claimable_jobs",
     "lock_due",
     "mark_running",
     "one_statement_applies",

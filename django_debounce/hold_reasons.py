@@ -48,7 +48,7 @@ class FlowView:
 
     Attributes:
         task_name: the task's registered name.
-        gate: its flow-control options (:class:`~.admission.Gate`), or ``None`` when
+        gate: its flow-control options (:class:`~.claim_rules.Gate`), or ``None`` when
             the task declares none or is not registered in this process.
         registered: whether this process knows the task (otherwise the rate and cap
             are unknown here and only the stored row is shown).

@@ -18,7 +18,8 @@ from django.db import connection, transaction
 
 from django_debounce import compiled
 from django_debounce.claim import _take_due, claim_jobs
-from django_debounce.claim_queries import ClaimShape, claimable_jobs
+from django_debounce.claim_queries import ClaimShape
+from django_debounce.claim_rules import claimable_jobs
 from django_debounce.models import Job, JobDependency
 from django_debounce.worker import Worker
 from tests.conftest import T

@@ -22,7 +22,7 @@ from django.test.utils import CaptureQueriesContext
 
 from django_debounce import compiled, registry, task
 from django_debounce.claim import claim_jobs
-from django_debounce.claim_queries import claimable_jobs
+from django_debounce.claim_rules import claimable_jobs
 from django_debounce.models import DeadLetter, Job, JobDependency
 from tests.conftest import T
 from tests.factories import JobFactory

@@ -42,7 +42,8 @@ from django.utils import timezone
 
 from django_debounce import compiled, task
 from django_debounce.claim import _first_candidates, _take_due, claim_jobs
-from django_debounce.claim_queries import ClaimShape, anything_claimable, claimable_jobs, lock_due
+from django_debounce.claim_queries import ClaimShape, anything_claimable, lock_due
+from django_debounce.claim_rules import claimable_jobs
 from django_debounce.models import Job, JobDependency
 from django_debounce.storable import storable_result
 from django_debounce.worker import Worker

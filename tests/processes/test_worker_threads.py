@@ -19,7 +19,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from django_debounce import signals
-from django_debounce.claim_queries import claimable_jobs
+from django_debounce.claim_rules import claimable_jobs
 from django_debounce.models import DeadLetter, Job
 from django_debounce.worker import Worker
 from tests.conftest import T, child_env
