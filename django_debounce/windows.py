@@ -26,6 +26,7 @@ from django.db.models.functions import Least
 from django.utils import timezone
 
 from . import lifecycle
+from .job_ids import storable_ids
 from .models import Job
 
 logger = logging.getLogger("django_debounce.windows")
@@ -76,7 +77,7 @@ def _lock_ready(ids: list[int], using: str, only_open_windows: bool) -> list[int
     transactions serialize writers.
     """
     # An id past the 64-bit range names no row (and SQLite cannot even bind it): refused.
-    ids = [pk for pk in ids if 0 < pk < 2**63]
+    ids = storable_ids(ids)
     qs = Job.objects.using(using).ready().filter(pk__in=ids)
     if only_open_windows:
         qs = qs.filter(window_key__isnull=False)
@@ -92,9 +93,7 @@ def _result(
     """Build the result, sorting the refused ids by why (one query when any was refused)."""
     refused = sorted(set(ids) - set(done))
     statuses = dict(
-        Job.objects.using(using)
-        .filter(pk__in=[pk for pk in refused if 0 < pk < 2**63])
-        .values_list("pk", "status")
+        Job.objects.using(using).filter(pk__in=storable_ids(refused)).values_list("pk", "status")
         if refused
         else []
     )
