@@ -1,6 +1,6 @@
 """The claim-time gate: rate limits, concurrency caps and circuit breakers (contract §6, §11).
 
-:func:`django_debounce.worker.claim_jobs` asks this module which of the due
+:func:`django_debounce.claim.claim_jobs` asks this module which of the due
 jobs it selected may start. Flow-control state lives in one
 :class:`~django_debounce.models.TaskState` row per gated task name; the claim
 transaction locks the rows of the task names among its candidates

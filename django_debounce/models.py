@@ -132,7 +132,7 @@ class Job(models.Model):
     class Meta:
         ordering = ["-id"]
         indexes = [
-            # The claim (worker.claimable_jobs): WHERE status='READY' AND run_at <= now
+            # The claim (claim_rules.claimable_jobs): WHERE status='READY' AND run_at <= now
             # ORDER BY priority DESC, run_at, id LIMIT n walks this index in order and
             # stops after n rows; finished rows sit under other statuses and are never read.
             models.Index(fields=["status", "-priority", "run_at", "id"], name="debounce_job_claim"),
