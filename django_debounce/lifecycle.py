@@ -31,7 +31,8 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, transaction
 
 from . import compiled
-from .models import SHED_KINDS, DeadLetter, Job, JobDependency
+from .dead_letter_kinds import SHED_KINDS
+from .models import DeadLetter, Job, JobDependency
 
 logger = logging.getLogger("django_debounce.lifecycle")
 

@@ -18,6 +18,8 @@ from django.db import DEFAULT_DB_ALIAS, models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from .dead_letter_kinds import DeadLetterKind
+
 
 class JobQuerySet(models.QuerySet["Job"]):
     """Named states of jobs (QuerySet methods name states, model methods transitions)."""
@@ -290,28 +292,8 @@ class DeadLetterQuerySet(models.QuerySet["DeadLetter"]):
 class DeadLetter(models.Model):
     """The record of a job that will not run again on its own (§8)."""
 
-    class Kind(models.TextChoices):
-        """Why the entry exists, stored in ``kind`` (§6, §7, §8).
-
-        Each kind but ``OTHER`` has a reserved reason prefix
-        (:data:`REASON_PREFIXES`), written by the package and read by users;
-        ``kind`` is derived from it when the row is written, so filters use an
-        indexed column instead of ``reason LIKE 'prefix%'``.
-        """
-
-        FAILURE = "failure", _("failure")
-        SHED = "shed", _("shed (rate limit)")
-        CODEL = "codel", _("shed (CoDel)")
-        UNKNOWN_TASK = "unknown_task", _("unknown task")
-        OTHER = "other", _("other")
-
-        @classmethod
-        def of_reason(cls, reason: str) -> DeadLetter.Kind:
-            """Return the kind whose reserved prefix ``reason`` starts with, else ``OTHER``."""
-            for kind, prefix in REASON_PREFIXES.items():
-                if reason.startswith(prefix):
-                    return kind
-            return cls.OTHER
+    #: Why the entry exists (:class:`~django_debounce.dead_letter_kinds.DeadLetterKind`).
+    Kind = DeadLetterKind
 
     id = models.BigAutoField(primary_key=True)
     job = models.ForeignKey(
@@ -409,19 +391,3 @@ class DeadLetter(models.Model):
         """
         config = cast(_DeadLetterRetrier, apps.get_app_config(self._meta.app_label))
         return config.retry_dead_letter(self, force=force)
-
-
-#: The reserved reason prefix of each :class:`DeadLetter.Kind` but ``OTHER`` (§8). Users and
-#: the sweep read these prefixes; they never change.
-REASON_PREFIXES: dict[DeadLetter.Kind, str] = {
-    DeadLetter.Kind.FAILURE: "failed:",
-    DeadLetter.Kind.SHED: "shed:",
-    DeadLetter.Kind.CODEL: "codel:",
-    DeadLetter.Kind.UNKNOWN_TASK: "unknown_task:",
-}
-
-#: Kinds the automatic retry sweep never retries (§8); ``SHED`` and ``CODEL`` are the sheds.
-RESERVED_KINDS = (DeadLetter.Kind.SHED, DeadLetter.Kind.CODEL, DeadLetter.Kind.UNKNOWN_TASK)
-
-#: The kinds of a shed (§6): what ``include_shed`` selects, and all a SHED job's letter can be.
-SHED_KINDS = frozenset({DeadLetter.Kind.SHED, DeadLetter.Kind.CODEL})

@@ -28,8 +28,9 @@ from django.db import DEFAULT_DB_ALIAS
 from django.utils import timezone
 
 from .conf import AutoRetry
+from .dead_letter_kinds import REASON_PREFIXES, RESERVED_KINDS, SHED_KINDS
 from .dead_letters import retry_dead_letter
-from .models import REASON_PREFIXES, RESERVED_KINDS, SHED_KINDS, DeadLetter
+from .models import DeadLetter
 
 logger = logging.getLogger("django_debounce.sweep")
 

@@ -13,7 +13,7 @@ from typing import Any
 from django.db import migrations, models
 from django.db.models.functions import Substr
 
-#: The reserved reason prefixes, as of this migration (models.REASON_PREFIXES).
+#: The reserved reason prefixes, as of this migration (dead_letter_kinds.REASON_PREFIXES).
 PREFIXES = {
     "failure": "failed:",
     "shed": "shed:",
