@@ -20,6 +20,7 @@ took from that prefix when it was written.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -27,7 +28,7 @@ from datetime import datetime, timedelta
 from django.db import DEFAULT_DB_ALIAS
 from django.utils import timezone
 
-from .conf import AutoRetry
+from .conf import AutoRetry, settings
 from .dead_letter_kinds import REASON_PREFIXES, RESERVED_KINDS, SHED_KINDS
 from .dead_letters import retry_dead_letter
 from .models import DeadLetter
@@ -187,3 +188,54 @@ def auto_retry(
         extra={"action": "sweep"},
     )
     return result
+
+
+class SweepSchedule:
+    """When a worker runs the automatic sweep of ``DEBOUNCE_DEAD_LETTER_AUTO_RETRY`` (§8, §11).
+
+    Due at the worker's start (so at the start of every ``--burst``) and then
+    at most once per the setting's ``every``, timed on the package's clock
+    (§4.7). Off while the setting is ``None``. One per worker.
+    """
+
+    def __init__(self) -> None:
+        self.next_at: datetime | None = None
+        """When the sweep is next due; ``None``: now (it has not run yet)."""
+
+    def run_if_due(
+        self,
+        *,
+        using: str,
+        lease: timedelta,
+        stopping: threading.Event,
+        renew: Callable[[], None],
+    ) -> SweepResult | None:
+        """Run :func:`auto_retry` if it is due; return its result, or ``None`` if it did not run.
+
+        The sweep runs on the worker's loop thread, which also renews the
+        leases of the jobs it runs: between entries, once a third of ``lease``
+        (a duration) has passed, ``renew()`` is called (it renews them, or
+        does nothing when none runs), and the sweep stops once ``stopping`` is
+        set, so a sweep through a large backlog never lets a lease lapse (a
+        lapsed lease is a rerun, §7).
+        """
+        config = settings.dead_letter_auto_retry
+        if config is None:
+            return None
+        now = timezone.now()
+        if self.next_at is not None and now < self.next_at:
+            return None
+        renew_at = now + lease / 3
+
+        def progress() -> bool:
+            nonlocal renew_at
+            if stopping.is_set():
+                return False
+            if timezone.now() >= renew_at:
+                renew()
+                renew_at = timezone.now() + lease / 3
+            return True
+
+        result = auto_retry(config, using=using, progress=progress)
+        self.next_at = now + config.every
+        return result

@@ -1,20 +1,12 @@
 """The worker: the loop that claims due jobs, runs them and records the outcome (contract §7, §11).
 
-:class:`Worker` takes keyword-only options and has no argparse; the
-``run_debounce_worker`` command only maps its flags onto it. This module is
-the loop alone: threads, lease keeping, signal handling, shutdown and the
-upkeep of its database connections. What it calls:
-
-* :func:`django_debounce.claim.claim_batch` to claim up to as many due jobs as
-  it has free threads (one short transaction, or one statement on PostgreSQL);
-* :mod:`django_debounce.outcomes` to record each run: success, retry with
-  backoff, dead letter, unknown task, each fenced on (worker id, attempt) so a
-  worker whose lease lapsed and whose job was reclaimed cannot overwrite the
-  newer run (§11);
-* :mod:`django_debounce.leases` to renew the leases of the jobs it runs,
-  reclaim lapsed ones, and put back claimed jobs a stop left unstarted.
-
-Tasks run outside any transaction.
+:class:`Worker` takes keyword-only options (the ``run_debounce_worker``
+command only maps its flags onto it). This module is the loop alone: threads,
+lease keeping, signal handling and shutdown. It claims with
+:func:`django_debounce.claim.claim_batch`, runs each job with
+:func:`django_debounce.execution.run_job` (which records the outcome through
+:mod:`django_debounce.outcomes`, fenced on the run, §11) and keeps leases with
+:mod:`django_debounce.leases`. Tasks run outside any transaction.
 """
 
 from __future__ import annotations
@@ -40,7 +32,6 @@ from django.db import (
     connections,
     router,
 )
-from django.utils import timezone
 
 from . import leases, outcomes
 from .claim import claim_batch
@@ -49,7 +40,7 @@ from .connection_upkeep import close_dropped_connections, upkeep_loop_connection
 from .execution import run_job
 from .lease_keeper import InlineLeaseKeeper
 from .models import Job
-from .sweep import auto_retry
+from .sweep import SweepSchedule
 
 logger = logging.getLogger("django_debounce.worker")
 
@@ -115,7 +106,7 @@ class Worker:
         self.processed = 0
         self._claimed_total = 0
         self._next_maintenance = 0.0
-        self._next_sweep_at: datetime | None = None
+        self._sweep_schedule = SweepSchedule()
         self._idle = True
         self._stopping = threading.Event()
         self._signals_seen = 0
@@ -198,34 +189,10 @@ class Worker:
         self._sweep()
 
     def _sweep(self) -> None:
-        """Run the dead-letter auto-retry sweep (§8, §11) when it is due.
-
-        Due at a worker's start (so at the start of every ``--burst``) and then
-        at most once per ``every`` of ``DEBOUNCE_DEAD_LETTER_AUTO_RETRY``,
-        timed on the package's clock (§4.7). Off when the setting is ``None``.
-        """
-        config = settings.dead_letter_auto_retry
-        if config is None:
-            return
-        now = timezone.now()
-        if self._next_sweep_at is not None and now < self._next_sweep_at:
-            return
-        # The sweep runs on the loop thread, which also renews the running jobs' leases: renew
-        # them between entries when a third of the lease has passed, and stop on shutdown, so a
-        # sweep through a large backlog never lets a lease lapse (a lapsed lease is a rerun).
-        renew_at = now + self.lease / 3
-
-        def progress() -> bool:
-            nonlocal renew_at
-            if self._stopping.is_set():
-                return False
-            if self._in_flight and timezone.now() >= renew_at:
-                self._renew_leases()
-                renew_at = timezone.now() + self.lease / 3
-            return True
-
-        auto_retry(config, using=self.using, progress=progress)
-        self._next_sweep_at = now + config.every
+        """Run the dead-letter auto-retry sweep when due (:class:`~django_debounce.sweep.SweepSchedule`)."""
+        self._sweep_schedule.run_if_due(
+            using=self.using, lease=self.lease, stopping=self._stopping, renew=self._renew_leases
+        )
 
     def _claim(self, limit: int) -> list[Job]:
         """Claim up to ``limit`` jobs, claiming again after lock contention (``CLAIM_ATTEMPTS``)."""
