@@ -12,6 +12,7 @@ from django_debounce.models import DeadLetter, Job
 from tests.conftest import child_env
 from tests.factories import JobFactory
 from tests.testapp.models import CallLog
+from tests.testapp.tasks_broken_receiver import MESSAGE as BROKEN_RECEIVER
 
 
 def run_cli(
@@ -66,6 +67,25 @@ def test_console_log_level_follows_verbosity_and_never_hides_a_failure(verbosity
     letter = DeadLetter.objects.get(job_id=failing.pk)
     assert any(f"dead letter {letter.pk}: failed" in line for line in lines)
     assert "ValueError: boom" in proc.stderr
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_raising_signal_receiver_is_logged_once_on_the_worker_stderr():
+    """Django's ``send_robust`` logs the receiver's error on ``django.dispatch``; the command
+    shows that logger on stderr beside its own, and the job still runs (§9)."""
+    JobFactory(task_name="wrk.tag", args=["fine"])
+
+    proc = run_cli(
+        "--burst",
+        env=child_env(DEBOUNCE_TEST_NO_LOGGING="1", DEBOUNCE_TEST_BROKEN_RECEIVER="1"),
+    )
+
+    assert proc.returncode == 0, proc.stderr
+    assert tags() == ["fine"]
+    errors = [line for line in proc.stderr.splitlines() if " ERROR django.dispatch: " in line]
+    assert len(errors) == 1, proc.stderr
+    assert BROKEN_RECEIVER in errors[0]
+    assert proc.stderr.count(f"RuntimeError: {BROKEN_RECEIVER}") == 1, proc.stderr
 
 
 @pytest.mark.django_db(transaction=True)

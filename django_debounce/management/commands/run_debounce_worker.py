@@ -21,6 +21,11 @@ def _log_to_console(verbosity: int) -> None:
     worker would print nothing but Python's bare last-resort lines. Verbosity 1
     shows INFO, 2 or more adds DEBUG, and 0 keeps warnings and errors only (a
     failed job or a lost lease is never silent).
+
+    The same handler goes on the ``django.dispatch`` logger: Django's
+    ``send_robust`` logs a signal receiver that raised there (ERROR, with its
+    traceback; :func:`django_debounce.signals.send_signal`), and Django's own
+    logging shows it on the console only with ``DEBUG = True``.
     """
     logger = logging.getLogger("django_debounce")
     if logger.hasHandlers():
@@ -28,6 +33,7 @@ def _log_to_console(verbosity: int) -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logger.addHandler(handler)
+    logging.getLogger("django.dispatch").addHandler(handler)
     levels = {0: logging.WARNING, 1: logging.INFO}
     logger.setLevel(levels.get(verbosity, logging.DEBUG))
 
