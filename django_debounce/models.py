@@ -332,7 +332,7 @@ class DeadLetter(models.Model):
             The enqueue's own errors (e.g. ``ConfigurationError``) if the task's
             declaration changed so that the stored call is no longer valid.
         """
-        from .core import enqueue  # models <- core: imported at call time
+        from .enqueueing import enqueue  # models <- enqueueing: imported at call time
 
         with transaction.atomic(using=self._state.db):
             entry = DeadLetter.objects.select_for_update().get(pk=self.pk)

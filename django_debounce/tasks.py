@@ -1,7 +1,7 @@
 """Declaring tasks: :func:`task`, :func:`debounced_task` and :class:`Task` (contract §2).
 
 Nothing here touches the database; ``delay``/``apply_async`` hand over to
-:mod:`django_debounce.core`.
+:mod:`django_debounce.enqueueing`.
 """
 
 from __future__ import annotations
@@ -231,7 +231,7 @@ class Task(Generic[P, R]):
 
     def delay(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Enqueue a call with the task's default options (§2). See :meth:`apply_async`."""
-        from .core import enqueue_call
+        from .enqueueing import enqueue_call
 
         return enqueue_call(self, self.name, args, kwargs, {})
 
@@ -262,7 +262,7 @@ class Task(Generic[P, R]):
             PayloadError: an argument the codec cannot store (§5).
             EnqueueContentionError: lock contention outlasted the retry budget (§4.4).
         """
-        from .core import enqueue_call
+        from .enqueueing import enqueue_call
 
         return enqueue_call(self, self.name, args, kwargs or {}, options)
 

@@ -61,8 +61,8 @@ from . import admission, codec, compiled, registry
 from .codel import apply_codel
 from .conf import settings
 from .context import JobContext
-from .core import is_contention
 from .dependencies import cancel_dependents
+from .enqueueing import is_contention
 from .exceptions import PayloadError, UnknownTaskError
 from .models import DeadLetter, Job, JobDependency
 from .retry import backoff_delay

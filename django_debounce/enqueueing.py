@@ -37,6 +37,8 @@ from .tasks import check_priority, check_queue, check_task_name, check_window
 if TYPE_CHECKING:
     from .tasks import MergeFunction, Task
 
+#: The logger keeps the name of the module this one was (``core``): operators'
+#: ``LOGGING`` routes it, and docs/reference/commands.md names it.
 logger = logging.getLogger("django_debounce.core")
 
 CALL_OPTIONS = frozenset(
