@@ -47,7 +47,7 @@ from .models import Job, TaskState
 from .throttle import EPSILON, TokenBucket, bucket_for
 
 if TYPE_CHECKING:
-    from .tasks import TaskOptions
+    from .options import TaskOptions
 
 logger = logging.getLogger("django_debounce.admission")
 

@@ -1,7 +1,8 @@
-"""Enqueue: validate a call, then slide-or-insert atomically (contract §2–§5).
+"""Enqueue: plan a call, then slide-or-insert atomically (contract §2–§5).
 
-An enqueue is planned first (options, key, payload: every error raised before
-any SQL runs, §3) and then written in one short transaction:
+An enqueue is planned first (:func:`~django_debounce.planning.plan_call`:
+options, key, payload, every error raised before any SQL runs, §3) and then
+written in one short transaction (:func:`write`):
 
 * debounced: lock the open window of (task, key) with ``SELECT … FOR UPDATE``
   and slide it, or insert a new one. The unique ``window_key`` column makes a
@@ -9,89 +10,44 @@ any SQL runs, §3) and then written in one short transaction:
 * coalesced (``unique_key``/``idempotent``): return the READY/RUNNING job that
   holds the unique lock, or insert;
 * plain: insert.
+
+This module reads the registry, never :mod:`django_debounce.tasks` (which calls it).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from datetime import datetime
 
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, OperationalError, router, transaction
 from django.utils import timezone
 
-from . import codec, keys, registry, upsert
+from . import codec, registry, upsert
 from .conf import settings
 from .dependencies import CANCELLING_STATUSES, cancel_dependents
-from .durations import parse_duration
-from .exceptions import ConfigurationError, EnqueueContentionError, KeyResolutionError, PayloadError
+from .exceptions import ConfigurationError, EnqueueContentionError
 from .models import Job, JobDependency
+from .options import Plan
+from .planning import plan_call
+from .registry import RegisteredTask
 from .signals import job_enqueued, send_signal
-from .tasks import check_priority, check_queue, check_task_name, check_window
+from .validators import check_task_name
 
-if TYPE_CHECKING:
-    from .tasks import MergeFunction, Task
+__all__ = ["Plan", "enqueue", "enqueue_call", "is_contention", "plan_call", "write"]
 
 #: The logger keeps the name of the module this one was (``core``): operators'
 #: ``LOGGING`` routes it, and docs/reference/commands.md names it.
 logger = logging.getLogger("django_debounce.core")
 
-CALL_OPTIONS = frozenset(
-    {
-        "debounce",
-        "debounce_key",
-        "debounce_max_wait",
-        "debounce_replace_payload",
-        "debounce_merge",
-        "countdown",
-        "eta",
-        "priority",
-        "queue",
-        "expires",
-        "metadata",
-        "notes",
-        "depends_on",
-        "unique_key",
-        "max_retries",
-    }
-)
-
-
-@dataclass
-class Plan:
-    """A validated call, ready to be written (no SQL has run yet)."""
-
-    task_name: str
-    queue: str
-    priority: int
-    max_retries: int
-    args: list[Any]
-    kwargs: dict[str, Any]
-    run_at: datetime
-    expires_at: datetime | None
-    metadata: dict[str, Any]
-    notes: str
-    window: timedelta | None = None
-    max_wait: timedelta | None = None
-    debounce_key: str | None = None
-    window_key: str | None = None
-    replace_payload: bool = False
-    merge: MergeFunction | None = None
-    unique_key: str | None = None
-    unique_lock: str | None = None
-    depends_on: tuple[int, ...] = ()
-
 
 def enqueue(
     task_name: str,
-    args: Sequence[Any] = (),
-    kwargs: Mapping[str, Any] | None = None,
-    **options: Any,
+    args: Sequence[object] = (),
+    kwargs: Mapping[str, object] | None = None,
+    **options: object,
 ) -> Job:
     """Enqueue a call of the task registered as ``task_name`` (§2).
 
@@ -122,13 +78,19 @@ def enqueue(
 
 
 def enqueue_call(
-    task: Task[Any, Any] | None,
+    task: RegisteredTask | None,
     task_name: str,
-    args: Sequence[Any],
-    kwargs: Mapping[str, Any],
-    options: Mapping[str, Any],
+    args: Sequence[object],
+    kwargs: Mapping[str, object],
+    options: Mapping[str, object],
 ) -> Job:
     """Plan and write one call (the shared path of ``delay``, ``apply_async``, ``enqueue``).
+
+    Args:
+        task: the registered task, or ``None`` for a task this process never imported.
+        task_name: the task's name.
+        args, kwargs: the call's arguments, as given.
+        options: the call's own options (any of :data:`~django_debounce.options.CALL_OPTIONS`).
 
     Raises:
         ConfigurationError: ``USE_TZ = False`` (check E011): ``timezone.now()``
@@ -146,291 +108,6 @@ def enqueue_call(
     job = write(plan, now)
     send_signal(job_enqueued, job=job, outcome=job.outcome)
     return job
-
-
-def _call_duration(options: Mapping[str, Any], name: str) -> timedelta | None:
-    value = options.get(name)
-    return None if value is None else parse_duration(value, name=name)
-
-
-def plan_call(
-    task: Task[Any, Any] | None,
-    task_name: str,
-    args: Sequence[Any],
-    kwargs: Mapping[str, Any],
-    options: Mapping[str, Any],
-    now: datetime,
-) -> Plan:
-    """Validate a call and resolve its key and payload; run no SQL.
-
-    Raises:
-        ConfigurationError, KeyResolutionError, PayloadError: see ``apply_async``.
-    """
-    unknown = set(options) - CALL_OPTIONS
-    if unknown:
-        raise ConfigurationError(
-            f"unknown enqueue option(s) {sorted(unknown)} for task {task_name!r}; "
-            f"accepted: {', '.join(sorted(CALL_OPTIONS))}."
-        )
-    if not isinstance(args, list | tuple):
-        raise ConfigurationError(f"args must be a tuple or list, got {type(args).__name__}.")
-    if not isinstance(kwargs, Mapping):
-        raise ConfigurationError(f"kwargs must be a dict, got {type(kwargs).__name__}.")
-    where = f"enqueue of {task_name!r}"
-    depends_on = _dependency_ids(options.get("depends_on"), where)
-    defaults = task.options if task is not None else None
-
-    # Debounce: the call's options override the task's (§2).
-    window = _call_duration(options, "debounce")
-    if window is None and defaults is not None:
-        window = defaults.debounce
-    call_max_wait = _call_duration(options, "debounce_max_wait")
-    key_spec = options.get("debounce_key")
-    if key_spec is None and defaults is not None:
-        key_spec = defaults.debounce_key
-    replace = options.get("debounce_replace_payload")
-    if replace is None:
-        replace = defaults.debounce_replace_payload if defaults is not None else False
-    merge = options.get("debounce_merge")
-    if merge is None and defaults is not None:
-        merge = defaults.debounce_merge
-    unique_spec = options.get("unique_key")
-    idempotent = False
-    if defaults is not None:
-        if unique_spec is None:
-            unique_spec = defaults.unique_key
-        idempotent = defaults.idempotent
-
-    if window is None and (call_max_wait is not None or options.get("debounce_key") is not None):
-        raise ConfigurationError(
-            f"{where}: debounce_key/debounce_max_wait given for a call that is not debounced; "
-            "pass debounce= too."
-        )
-    max_wait: timedelta | None = None
-    if window is not None:
-        if unique_spec is not None or idempotent:
-            raise ConfigurationError(
-                f"{where}: a debounce window and a unique key on one call (§1); choose one."
-            )
-        if options.get("countdown") is not None or options.get("eta") is not None:
-            raise ConfigurationError(
-                f"{where}: countdown/eta on a debounced call; the window decides when it runs."
-            )
-        if call_max_wait is None and defaults is not None:
-            call_max_wait = defaults.debounce_max_wait
-        max_wait = check_window(window, call_max_wait, where=where)
-    if merge is not None and replace:
-        raise ConfigurationError(
-            f"{where}: debounce_merge and debounce_replace_payload=True both decide the stored "
-            "call; set only one."
-        )
-
-    queue = options.get("queue")
-    queue = check_queue(queue if queue is not None else (defaults.queue if defaults else "default"))
-    priority = options.get("priority")
-    priority = check_priority(
-        priority if priority is not None else (defaults.priority if defaults else 0)
-    )
-    max_retries = options.get("max_retries")
-    if max_retries is None:
-        max_retries = defaults.max_retries if defaults is not None else None
-    if max_retries is None:
-        max_retries = settings.max_retries
-    if (
-        isinstance(max_retries, bool)
-        or not isinstance(max_retries, int)
-        or not 0 <= max_retries <= 10_000
-    ):
-        raise ConfigurationError(
-            f"{where}: max_retries={max_retries!r} must be an int from 0 to 10000."
-        )
-    metadata = options.get("metadata")
-    if metadata is None:
-        metadata = dict(defaults.metadata) if defaults is not None else {}
-    if not isinstance(metadata, dict):
-        raise ConfigurationError(
-            f"{where}: metadata must be a dict, got {type(metadata).__name__}."
-        )
-    if metadata:
-        _check_metadata(metadata, where)
-    for name in ("debounce_key", "unique_key"):
-        spec = options.get(name)
-        if spec is not None and not isinstance(spec, str) and not callable(spec):
-            raise ConfigurationError(
-                f"{where}: {name}={spec!r} must be a template str or a callable."
-            )
-    replace_opt = options.get("debounce_replace_payload")
-    if replace_opt is not None and not isinstance(replace_opt, bool):
-        raise ConfigurationError(f"{where}: debounce_replace_payload must be True or False.")
-    merge_opt = options.get("debounce_merge")
-    if merge_opt is not None and not callable(merge_opt):
-        raise ConfigurationError(
-            f"{where}: debounce_merge must be a callable (stored, new) -> call."
-        )
-    notes = options.get("notes")
-    notes = "" if notes is None else notes
-    if not isinstance(notes, str) or not codec.is_storable_text(notes):
-        raise ConfigurationError(
-            f"{where}: notes must be a str without NUL characters or lone surrogates."
-        )
-    if (
-        notes and len(notes) * 4 > settings.max_payload_bytes
-    ):  # 4: the most UTF-8 bytes per character
-        size = len(notes.encode())
-        if size > settings.max_payload_bytes:
-            raise ConfigurationError(
-                f"{where}: notes are {size:,} bytes of UTF-8; the limit is "
-                f"{settings.max_payload_bytes:,} (DEBOUNCE_MAX_PAYLOAD_BYTES)."
-            )
-
-    # Expiry: a duration from now, or an aware datetime.
-    expires = options.get("expires")
-    expires_at: datetime | None
-    if expires is None:
-        expires_at = now + defaults.expires if defaults is not None and defaults.expires else None
-    elif isinstance(expires, datetime):
-        if timezone.is_naive(expires):
-            raise ConfigurationError(
-                f"{where}: expires={expires!r} is naive; pass an aware datetime."
-            )
-        expires_at = expires
-    else:
-        expires_at = now + parse_duration(expires, name="expires")
-    if expires_at is not None and max_wait is not None and expires_at < now + max_wait:
-        raise ConfigurationError(
-            f"{where}: expires is sooner than the max wait {max_wait}; the job could expire "
-            "before its window closes."
-        )
-
-    # When a plain job runs.
-    run_at = now
-    if window is None:
-        countdown, eta = options.get("countdown"), options.get("eta")
-        if countdown is not None and eta is not None:
-            raise ConfigurationError(f"{where}: give countdown or eta, not both.")
-        if countdown is not None:
-            if (
-                isinstance(countdown, int | float)
-                and not isinstance(countdown, bool)
-                and countdown == 0
-            ):
-                run_at = now
-            else:
-                run_at = now + parse_duration(countdown, name="countdown")
-        elif eta is not None:
-            if not isinstance(eta, datetime) or timezone.is_naive(eta):
-                raise ConfigurationError(f"{where}: eta={eta!r} must be an aware datetime.")
-            run_at = eta
-        if expires_at is not None and expires_at <= run_at:
-            raise ConfigurationError(
-                f"{where}: expires ({expires_at.isoformat()}) is not after the time the job is "
-                f"due ({run_at.isoformat()}), so it would expire before any worker could start "
-                "it; give a later expires or an earlier eta/countdown."
-            )
-
-    # Keys are resolved before the payload is encoded (§3).
-    signature = task.signature if task is not None else None
-    debounce_key: str | None = None
-    unique_key: str | None = None
-    try:
-        bound = keys.bind_call(signature, args, kwargs)
-        if window is not None:
-            if key_spec is None:
-                debounce_key = keys.default_key(bound)
-            else:
-                debounce_key = keys.resolve_key(key_spec, bound, args, kwargs)
-                if debounce_key is None:  # a callable opted this call out (§3)
-                    window = max_wait = None
-        if unique_spec is not None:
-            unique_key = keys.resolve_key(unique_spec, bound, args, kwargs)
-        elif idempotent:
-            unique_key = keys.default_key(bound)
-    except KeyResolutionError as exc:  # name the call: the key's own message does not
-        raise KeyResolutionError(f"{where}: {exc}") from exc
-
-    enc_args, enc_kwargs = codec.encode_call(args, dict(kwargs))
-    return Plan(
-        task_name=task_name,
-        queue=queue,
-        priority=priority,
-        max_retries=max_retries,
-        args=enc_args,
-        kwargs=enc_kwargs,
-        run_at=run_at,
-        expires_at=expires_at,
-        metadata=metadata,
-        notes=notes,
-        window=window,
-        max_wait=max_wait,
-        debounce_key=debounce_key,
-        window_key=keys.window_hash(task_name, debounce_key)
-        if window is not None and debounce_key is not None
-        else None,
-        replace_payload=bool(replace),
-        merge=merge,
-        unique_key=unique_key,
-        unique_lock=keys.window_hash(task_name, unique_key) if unique_key is not None else None,
-        depends_on=depends_on,
-    )
-
-
-def _check_metadata(metadata: dict[str, Any], where: str) -> None:
-    """Refuse ``metadata`` a database would refuse or change, before any SQL runs.
-
-    Plain JSON (str keys, finite floats) under the codec's limits on text, ints
-    and depth, and a JSON text of at most ``DEBOUNCE_MAX_PAYLOAD_BYTES``.
-
-    Raises:
-        ConfigurationError: naming what is wrong and where.
-    """
-    try:
-        codec.check_json(metadata, path="metadata")
-    except PayloadError as exc:
-        raise ConfigurationError(
-            f"{where}: metadata must be plain JSON that every database stores: {exc}"
-        ) from exc
-    size = len(json.dumps(metadata))
-    if size > settings.max_payload_bytes:
-        raise ConfigurationError(
-            f"{where}: metadata is {size:,} bytes of JSON; the limit is "
-            f"{settings.max_payload_bytes:,} (DEBOUNCE_MAX_PAYLOAD_BYTES). Keep metadata to "
-            "a few labels; store bulk data elsewhere."
-        )
-
-
-def _dependency_ids(value: Any, where: str) -> tuple[int, ...]:
-    """Return the job ids of a ``depends_on=`` option (§6), in order, without duplicates.
-
-    Accepts a list or tuple of :class:`Job` instances (saved) and/or integer
-    ids; ``None`` or an empty list means no dependencies. Only the shape is
-    checked here (no SQL); that the jobs exist is checked in :func:`write`.
-
-    Raises:
-        ConfigurationError: not a list/tuple, or an element that is neither a
-            saved ``Job`` nor a positive ``int``.
-    """
-    if value is None:
-        return ()
-    if not isinstance(value, list | tuple):
-        raise ConfigurationError(
-            f"{where}: depends_on must be a list of jobs or job ids, got "
-            f"{type(value).__name__}; wrap a single job in a list: depends_on=[job]."
-        )
-    ids: dict[int, None] = {}
-    for item in value:
-        if isinstance(item, Job):
-            if item.pk is None:
-                raise ConfigurationError(
-                    f"{where}: depends_on holds an unsaved Job; enqueue the dependency first."
-                )
-            ids[item.pk] = None
-        elif isinstance(item, int) and not isinstance(item, bool) and item > 0:
-            ids[item] = None
-        else:
-            raise ConfigurationError(
-                f"{where}: depends_on element {item!r} is neither a Job nor a job id (int >= 1)."
-            )
-    return tuple(ids)
 
 
 class _StaleWindowError(Exception):

@@ -23,7 +23,7 @@ from . import compiled
 from .models import Job
 
 if TYPE_CHECKING:
-    from .enqueueing import Plan
+    from .options import Plan
 
 #: Vendors whose SQL has ``ON CONFLICT … DO UPDATE … RETURNING``.
 VENDORS = frozenset({"postgresql", "sqlite"})
