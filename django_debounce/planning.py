@@ -146,7 +146,8 @@ def _dependency_ids(value: object, where: str) -> tuple[int, ...]:
 
     Accepts a list or tuple of :class:`Job` instances (saved) and/or integer
     ids; ``None`` or an empty list means no dependencies. Only the shape is
-    checked here (no SQL); that the jobs exist is checked in :func:`write`.
+    checked here (no SQL); that the jobs exist is checked when the call is written
+    (:func:`django_debounce.enqueueing.write`).
 
     Raises:
         ConfigurationError: not a list/tuple, or an element that is neither a
