@@ -7,7 +7,7 @@ Nothing here touches the database; ``delay``/``apply_async`` hand over to
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
 from . import registry
@@ -139,7 +139,7 @@ class Task(Generic[P, R]):
         return enqueue_call(self, self.name, args, kwargs or {}, options)
 
 
-def _make(func: Callable[P, R], name: str | None, options: dict[str, Any]) -> Task[P, R]:
+def _make(func: Callable[P, R], name: str | None, options: Mapping[str, object]) -> Task[P, R]:
     if not callable(func):
         raise ConfigurationError(f"@task decorates a function, got {func!r}.")
     task_name = check_task_name(name or f"{func.__module__}.{func.__qualname__}")
