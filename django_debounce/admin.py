@@ -34,7 +34,6 @@ from django.utils.translation import ngettext
 
 from . import holds, windows
 from .admin_helpers import (
-    KINDS,
     CappedCountPaginator,
     ErrorTypeFilter,
     KindFilter,
@@ -45,7 +44,6 @@ from .admin_helpers import (
     exact_dead_letter_search,
     exact_job_search,
     job_link,
-    kind_of,
     payload_preview,
     pretty_json,
     task_name_column,
@@ -474,17 +472,18 @@ def _never_ran_because(job: Job) -> str:
             "at": time_text(job.expires_at or job.finished_at)
         }
     if job.status == Job.Status.SHED:
-        reason = (
+        letter = (
             DeadLetter.objects.filter(job=job)
             .order_by("-created_at", "-id")
-            .values_list("reason", flat=True)
+            .values_list("kind", "reason")
             .first()
         )
-        if reason is None:
+        if letter is None:
             return _("shed at %(at)s") % {"at": time_text(job.finished_at)}
-        if reason.startswith("codel:"):
+        kind, reason = letter
+        if kind == DeadLetter.Kind.CODEL:
             return _("shed by CoDel (%(r)s)") % {"r": reason.removeprefix("codel:").strip()}
-        if reason.startswith("shed:"):
+        if kind == DeadLetter.Kind.SHED:
             return _("shed by the %(r)s") % {"r": reason.removeprefix("shed:").strip()}
         return _("shed: %(r)s") % {"r": reason}
     failed = (
@@ -586,7 +585,7 @@ class DeadLetterAdmin(CallDisplayAdmin):
     list_display = [
         "id",
         "created_at_time",
-        "kind",
+        "kind_badge",
         "task",
         "queue",
         "short_reason",
@@ -613,7 +612,7 @@ class DeadLetterAdmin(CallDisplayAdmin):
         return exact_dead_letter_search(queryset, search_term), False
 
     fieldsets = [
-        (None, {"fields": ["id", "kind", "task_name", "queue", "created_at_time", "reason"]}),
+        (None, {"fields": ["id", "kind_badge", "task_name", "queue", "created_at_time", "reason"]}),
         (_("Call"), {"fields": ["arguments"]}),
         (_("Error"), {"fields": ["error", "traceback_pre", "metadata_pretty"]}),
         (
@@ -630,13 +629,12 @@ class DeadLetterAdmin(CallDisplayAdmin):
         return bool(request.user.has_perm("django_debounce.retry_deadletter"))
 
     @admin.display(description=_("kind"))
-    def kind(self, letter: DeadLetter) -> SafeString:
-        value = kind_of(letter.reason)
-        labels = {v: label for v, label, _prefix in KINDS}
+    def kind_badge(self, letter: DeadLetter) -> SafeString:
+        """Show the entry's ``kind`` as a coloured badge (its own name, so the column is this)."""
         return format_html(
             '<span class="debounce-kind debounce-kind-{}">{}</span>',
-            value,
-            labels.get(value, _("other")),
+            letter.kind,
+            letter.get_kind_display(),
         )
 
     @admin.display(description=_("reason"))

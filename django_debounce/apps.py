@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.apps import AppConfig
 from django.utils.module_loading import autodiscover_modules
+
+if TYPE_CHECKING:
+    from .models import DeadLetter, Job
 
 
 class DjangoDebounceConfig(AppConfig):
@@ -18,3 +23,14 @@ class DjangoDebounceConfig(AppConfig):
         from . import checks  # noqa: F401  (registers the checks)
 
         autodiscover_modules("tasks")
+
+    def retry_dead_letter(self, letter: DeadLetter, *, force: bool) -> Job | None:
+        """Retry ``letter``: what :meth:`.DeadLetter.retry` delegates to (decision 69).
+
+        The model sits below the enqueue path, so it reaches
+        :func:`django_debounce.dead_letters.retry_dead_letter` through the app
+        registry instead of importing it; this top-layer module imports it.
+        """
+        from .dead_letters import retry_dead_letter
+
+        return retry_dead_letter(letter, force=force)

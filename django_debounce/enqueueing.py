@@ -25,10 +25,10 @@ from datetime import datetime
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, OperationalError, router, transaction
 from django.utils import timezone
 
-from . import codec, registry, upsert
+from . import codec, lifecycle, registry, upsert
 from .conf import settings
-from .dependencies import CANCELLING_STATUSES, cancel_dependents
 from .exceptions import ConfigurationError, EnqueueContentionError
+from .lifecycle import CANCELLING_STATUSES
 from .models import Job, JobDependency
 from .options import Plan
 from .planning import plan_call
@@ -233,7 +233,7 @@ def _lock_dependencies(plan: Plan, db: str) -> bool:
 
     The lock (``SELECT … FOR UPDATE``, in id order) makes a dependency's own
     final write wait until this enqueue commits, so the dependency's
-    :func:`~django_debounce.dependencies.cancel_dependents` then sees the new
+    :func:`~django_debounce.lifecycle.cancel_dependents` then sees the new
     edge: a job can never be left waiting on a dependency that failed
     meanwhile (§6).
 
@@ -269,9 +269,7 @@ def _link_dependencies(job: Job, plan: Plan, now: datetime, db: str, doomed: boo
         [JobDependency(job_id=job.pk, dependency_id=pk) for pk in plan.depends_on]
     )
     if doomed:
-        Job.objects.using(db).filter(pk=job.pk).update(
-            status=Job.Status.CANCELLED, finished_at=now, window_key=None, unique_lock=None
-        )
+        lifecycle.cancel([job.pk], now=now, using=db)
         job.status, job.finished_at = Job.Status.CANCELLED, now
         job.window_key = job.unique_lock = None
         logger.info(
@@ -313,10 +311,7 @@ def _expire_stale(plan: Plan, now: datetime, db: str) -> None:
         ids = list(qs.values_list("pk", flat=True))
         if not ids:
             return  # a worker expired or claimed it meanwhile
-        Job.objects.using(db).filter(pk__in=ids).update(
-            status=Job.Status.EXPIRED, finished_at=now, window_key=None, unique_lock=None
-        )
-        cancel_dependents(ids, now=now, using=db)
+        lifecycle.expire(ids, now=now, using=db)
     logger.info(
         "job(s) %s expired before a worker started them; the new call opens a new job",
         ids,

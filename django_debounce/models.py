@@ -11,9 +11,10 @@ for coalescing keys while a job is READY or RUNNING (§6).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol, cast
 
-from django.db import DEFAULT_DB_ALIAS, models, transaction
+from django.apps import apps
+from django.db import DEFAULT_DB_ALIAS, models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -36,6 +37,14 @@ class JobQuerySet(models.QuerySet["Job"]):
     def running(self) -> JobQuerySet:
         """Return claimed jobs."""
         return self.filter(status=Job.Status.RUNNING)
+
+    def current_run(self, job_id: int, *, attempts: int, worker_id: str) -> JobQuerySet:
+        """Return job ``job_id``'s row while it still runs attempt ``attempts`` for ``worker_id``.
+
+        The fence of every outcome write (§7, §11): a run whose lease lapsed
+        and whose job was reclaimed (or claimed again) matches no row.
+        """
+        return self.running().filter(pk=job_id, worker_id=worker_id, attempts=attempts)
 
     def finished(self) -> JobQuerySet:
         """Return jobs that will not run again on their own."""
@@ -260,8 +269,49 @@ class QueueState(models.Model):
         return f"{self.queue} CoDel state"
 
 
+class _DeadLetterRetrier(Protocol):
+    """What :meth:`DeadLetter.retry` needs from the app config (see there)."""
+
+    def retry_dead_letter(self, letter: DeadLetter, *, force: bool) -> Job | None: ...
+
+
+class DeadLetterQuerySet(models.QuerySet["DeadLetter"]):
+    """Dead letters; ``bulk_create`` fills a missing ``kind`` as ``save()`` does."""
+
+    def bulk_create(self, objs: Any, *args: Any, **kwargs: Any) -> list[DeadLetter]:
+        """Insert ``objs``, first deriving the ``kind`` of each that has none from its reason."""
+        objs = list(objs)
+        for letter in objs:
+            if not letter.kind:
+                letter.kind = DeadLetter.Kind.of_reason(letter.reason)
+        return super().bulk_create(objs, *args, **kwargs)
+
+
 class DeadLetter(models.Model):
     """The record of a job that will not run again on its own (§8)."""
+
+    class Kind(models.TextChoices):
+        """Why the entry exists, stored in ``kind`` (§6, §7, §8).
+
+        Each kind but ``OTHER`` has a reserved reason prefix
+        (:data:`REASON_PREFIXES`), written by the package and read by users;
+        ``kind`` is derived from it when the row is written, so filters use an
+        indexed column instead of ``reason LIKE 'prefix%'``.
+        """
+
+        FAILURE = "failure", _("failure")
+        SHED = "shed", _("shed (rate limit)")
+        CODEL = "codel", _("shed (CoDel)")
+        UNKNOWN_TASK = "unknown_task", _("unknown task")
+        OTHER = "other", _("other")
+
+        @classmethod
+        def of_reason(cls, reason: str) -> DeadLetter.Kind:
+            """Return the kind whose reserved prefix ``reason`` starts with, else ``OTHER``."""
+            for kind, prefix in REASON_PREFIXES.items():
+                if reason.startswith(prefix):
+                    return kind
+            return cls.OTHER
 
     id = models.BigAutoField(primary_key=True)
     job = models.ForeignKey(
@@ -274,6 +324,9 @@ class DeadLetter(models.Model):
     kwargs = models.JSONField(default=dict, blank=True)
     reason = models.TextField()
     """Why: ``failed: …``, or a reserved prefix ``shed:``, ``codel:``, ``unknown_task:``."""
+    kind = models.CharField(max_length=16, choices=Kind.choices, editable=False)
+    """:class:`Kind` of ``reason``, set from its prefix when the row is written (migration 0005
+    filled older rows)."""
     metadata = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True, default="")
     traceback = models.TextField(blank=True, default="")
@@ -285,17 +338,33 @@ class DeadLetter(models.Model):
     retry_depth = models.PositiveIntegerField(default=0)
     """How many dead-letter retries led to this entry's job (0: its job was never a retry)."""
 
+    objects = DeadLetterQuerySet.as_manager()
+
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [
             models.Index(fields=["created_at"], name="debounce_dl_created_at"),
             # The admin's task filter and exact task-name search, newest first (issue #4).
             models.Index(fields=["task_name", "-created_at"], name="debounce_dl_task"),
+            # The admin's kind filter, newest first, and the sweep's reserved-kind exclusion.
+            models.Index(fields=["kind", "-created_at"], name="debounce_dl_kind"),
         ]
         permissions = [("retry_deadletter", "Can retry dead letters")]
 
     def __str__(self) -> str:
         return f"{self.task_name} dead letter #{self.pk}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """Save the row, deriving ``kind`` from ``reason`` when it was not set.
+
+        The package builds entries with
+        :func:`django_debounce.lifecycle.new_dead_letter`, which sets ``kind``;
+        this (and :meth:`DeadLetterQuerySet.bulk_create`) covers a row built
+        any other way, so no row is ever stored without its kind.
+        """
+        if not self.kind:
+            self.kind = self.Kind.of_reason(self.reason)
+        super().save(*args, **kwargs)
 
     @staticmethod
     def retry_depth_for(job: Job, *, using: str = DEFAULT_DB_ALIAS) -> int:
@@ -320,6 +389,12 @@ class DeadLetter(models.Model):
         queue, priority and metadata (no eta, no expiry), so a debounced task
         joins the key's open window if there is one.
 
+        The work is done by :func:`django_debounce.dead_letters.retry_dead_letter`.
+        ``models`` sits below the enqueue path and imports nothing above it, so
+        this method reaches that function through Django's app registry: the
+        app config (``apps.py``, the package's top layer) provides
+        ``retry_dead_letter`` (decision 69 in docs/decisions.md).
+
         Args:
             force: retry even if the entry was already retried.
 
@@ -332,26 +407,21 @@ class DeadLetter(models.Model):
             The enqueue's own errors (e.g. ``ConfigurationError``) if the task's
             declaration changed so that the stored call is no longer valid.
         """
-        from .enqueueing import enqueue  # models <- enqueueing: imported at call time
+        config = cast(_DeadLetterRetrier, apps.get_app_config(self._meta.app_label))
+        return config.retry_dead_letter(self, force=force)
 
-        with transaction.atomic(using=self._state.db):
-            entry = DeadLetter.objects.select_for_update().get(pk=self.pk)
-            if entry.retried_at is not None and not force:
-                return None
-            original = entry.job
-            from .codec import decode_call
 
-            args, kwargs = decode_call(entry.args, entry.kwargs)
-            job = enqueue(
-                entry.task_name,
-                args=args,
-                kwargs=kwargs,
-                queue=entry.queue,
-                priority=original.priority if original else 0,
-                metadata=original.metadata if original else {},
-            )
-            entry.retried_at = timezone.now()
-            entry.retry_job = job
-            entry.save(update_fields=["retried_at", "retry_job"])
-        self.retried_at, self.retry_job = entry.retried_at, job
-        return job
+#: The reserved reason prefix of each :class:`DeadLetter.Kind` but ``OTHER`` (§8). Users and
+#: the sweep read these prefixes; they never change.
+REASON_PREFIXES: dict[DeadLetter.Kind, str] = {
+    DeadLetter.Kind.FAILURE: "failed:",
+    DeadLetter.Kind.SHED: "shed:",
+    DeadLetter.Kind.CODEL: "codel:",
+    DeadLetter.Kind.UNKNOWN_TASK: "unknown_task:",
+}
+
+#: Kinds the automatic retry sweep never retries (§8); ``SHED`` and ``CODEL`` are the sheds.
+RESERVED_KINDS = (DeadLetter.Kind.SHED, DeadLetter.Kind.CODEL, DeadLetter.Kind.UNKNOWN_TASK)
+
+#: The kinds of a shed (§6): what ``include_shed`` selects, and all a SHED job's letter can be.
+SHED_KINDS = frozenset({DeadLetter.Kind.SHED, DeadLetter.Kind.CODEL})

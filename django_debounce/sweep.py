@@ -1,7 +1,8 @@
 """Retrying dead letters in bulk (contract §8, §11): the worker's automatic sweep and the command.
 
 :func:`retry_dead_letters` selects dead letters by filters and retries each
-one with :meth:`DeadLetter.retry() <django_debounce.models.DeadLetter.retry>`,
+one with :func:`~django_debounce.dead_letters.retry_dead_letter` (what
+:meth:`DeadLetter.retry() <django_debounce.models.DeadLetter.retry>` runs),
 the normal enqueue path: a call made now with the original task, arguments,
 queue, priority and metadata, so a debounced task joins its key's open
 window. ``retry()`` locks the entry's row and does nothing when the entry was
@@ -11,7 +12,9 @@ retry an entry once.
 Entries whose reason carries a reserved prefix (``shed:``, ``codel:``,
 ``unknown_task:``) are skipped unless asked for: re-running what the
 scheduler deliberately dropped would undo the shed, and an unknown task stays
-unknown (§8). The automatic sweep never asks for them.
+unknown (§8). The automatic sweep never asks for them. They are told apart by
+their ``kind`` column (:class:`DeadLetter.Kind`, indexed), which the row
+took from that prefix when it was written.
 """
 
 from __future__ import annotations
@@ -22,17 +25,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import DEFAULT_DB_ALIAS
-from django.db.models import Q
 from django.utils import timezone
 
 from .conf import AutoRetry
-from .models import DeadLetter
-from .shedding import RESERVED_PREFIXES
+from .dead_letters import retry_dead_letter
+from .models import REASON_PREFIXES, RESERVED_KINDS, SHED_KINDS, DeadLetter
 
 logger = logging.getLogger("django_debounce.sweep")
-
-#: The reserved prefixes of a shed (``--include-shed`` selects them); ``unknown_task:`` is not one.
-SHED_PREFIXES = ("shed:", "codel:")
 
 
 @dataclass
@@ -59,13 +58,6 @@ class SweepResult:
     exhausted: int = 0
     failed: int = 0
     job_ids: list[int] = field(default_factory=list)
-
-
-def _reserved_q(prefixes: Iterable[str]) -> Q:
-    q = Q()
-    for prefix in prefixes:
-        q |= Q(reason__startswith=prefix)
-    return q
 
 
 def retry_dead_letters(
@@ -126,13 +118,17 @@ def retry_dead_letters(
         qs = qs.filter(reason__startswith=reason_prefix)
     if older_than is not None:
         qs = qs.filter(created_at__lte=now - older_than)
-    skipped = [p for p in RESERVED_PREFIXES if not (reason_prefix or "").startswith(p)]
-    if include_shed:
-        skipped = [p for p in skipped if p not in SHED_PREFIXES]
+    # A reason_prefix that starts with a reserved prefix asks for that kind explicitly.
+    skipped = [
+        kind
+        for kind in RESERVED_KINDS
+        if not (reason_prefix or "").startswith(REASON_PREFIXES[kind])
+        and not (include_shed and kind in SHED_KINDS)
+    ]
     result = SweepResult()
     if skipped:
-        result.reserved = qs.filter(_reserved_q(skipped)).count()
-        qs = qs.exclude(_reserved_q(skipped))
+        result.reserved = qs.filter(kind__in=skipped).count()
+        qs = qs.exclude(kind__in=skipped)
     result.already_retried = qs.filter(retried_at__isnull=False).count()
     qs = qs.filter(retried_at__isnull=True)
     if max_depth is not None:
@@ -146,7 +142,7 @@ def retry_dead_letters(
         entry = DeadLetter(pk=pk)
         entry._state.db = using
         try:
-            job = entry.retry()
+            job = retry_dead_letter(entry)
         except Exception:
             result.failed += 1
             logger.exception("retrying dead letter %s failed", pk, extra={"action": "sweep_error"})

@@ -25,7 +25,7 @@ from django.db.models import DateTimeField, Value
 from django.db.models.functions import Least
 from django.utils import timezone
 
-from .dependencies import cancel_dependents
+from . import lifecycle
 from .models import Job
 
 logger = logging.getLogger("django_debounce.windows")
@@ -77,7 +77,7 @@ def _lock_ready(ids: list[int], using: str, only_open_windows: bool) -> list[int
     """
     # An id past the 64-bit range names no row (and SQLite cannot even bind it): refused.
     ids = [pk for pk in ids if 0 < pk < 2**63]
-    qs = Job.objects.using(using).filter(pk__in=ids, status=Status.READY)
+    qs = Job.objects.using(using).ready().filter(pk__in=ids)
     if only_open_windows:
         qs = qs.filter(window_key__isnull=False)
     qs = qs.order_by("pk")
@@ -151,7 +151,7 @@ def run_now(
     with transaction.atomic(using=using):
         done = _lock_ready(ids, using, only_open_windows)
         if done:
-            Job.objects.using(using).filter(pk__in=done, status=Status.READY).update(
+            Job.objects.using(using).ready().filter(pk__in=done).update(
                 run_at=Least("run_at", Value(now, output_field=DateTimeField()))
             )
         result = _result(ids, done, using)
@@ -198,10 +198,7 @@ def cancel(
     with transaction.atomic(using=using):
         done = _lock_ready(ids, using, only_open_windows)
         if done:
-            Job.objects.using(using).filter(pk__in=done, status=Status.READY).update(
-                status=Status.CANCELLED, finished_at=now, window_key=None, unique_lock=None
-            )
-            dependents = cancel_dependents(done, now=now, using=using)
+            dependents = lifecycle.cancel(done, now=now, using=using)
         result = _result(ids, done, using, dependents)
     if done:
         logger.info("cancelled %d job(s): %s", len(done), done, extra={"action": "window_cancel"})
