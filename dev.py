@@ -4,6 +4,8 @@
     python3 dev.py demo                 # run the demo (SQLite; DATABASE_URL for PostgreSQL)
     python3 dev.py test                 # run the tests on SQLite
     python3 dev.py test -- -k b01       # pass arguments through to pytest
+    python3 dev.py test -- tests/unit   # one tier: tests/unit, tests/db, tests/processes
+    python3 dev.py test -- --randomly-seed=N   # replay a random order (-p no:randomly: off)
     python3 dev.py test --db postgres -m "not slow"
     python3 dev.py test --db mariadb    # MariaDB/MySQL (installs mysqlclient into the venv)
     python3 dev.py test --python python3.12 --django "Django>=6.1,<6.2"

@@ -3,6 +3,10 @@
 Public API (contract §10): :func:`task`, :func:`debounced_task`, :func:`enqueue`.
 Importing this package does not import models, so it is safe in settings and
 in ``tasks.py`` modules loaded before the app registry is ready.
+
+"§n" and "§n.m" in this package's comments and docstrings cite the behaviour
+contract, ``docs/reference/contract.md``: section n, and item m of the numbered
+list in section n (e.g. §4.5 is item 5 of §4, "Slide or insert, atomically").
 """
 
 from __future__ import annotations

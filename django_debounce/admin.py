@@ -4,7 +4,7 @@ Every page is read-only: rows change only through the package's transitions,
 here the actions "Run now" and "Cancel" (READY jobs, :mod:`.windows`) and
 "Retry selected" (dead letters, :meth:`.DeadLetter.retry`). There is no add,
 change or delete anywhere. A READY job's page says what holds it back
-(:mod:`.holds`); the task and queue state pages show breakers, token
+(:mod:`.hold_reasons`); the task and queue state pages show breakers, token
 buckets, caps and CoDel as of now.
 
 Changelists stay cheap on large tables (issue #4, 1M jobs): a page load runs a
@@ -32,7 +32,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from . import holds, windows
+from . import hold_reasons, windows
 from .admin_helpers import (
     CappedCountPaginator,
     ErrorTypeFilter,
@@ -50,6 +50,7 @@ from .admin_helpers import (
     time_column,
     time_text,
 )
+from .claim_rules import live_lease
 from .exceptions import DebounceError
 from .models import DeadLetter, Job, OpenWindow, QueueState, TaskState
 
@@ -224,7 +225,7 @@ class WindowActionsAdmin(CallDisplayAdmin):
             Job.objects.filter(pk__in=job_ids).order_by("pk").values_list("pk", "task_name")
         ):
             by_task.setdefault(name, []).append(pk)
-        notes = holds.flow_control_notes(list(by_task))
+        notes = hold_reasons.flow_control_notes(list(by_task))
         for name, note in notes.items():
             ids = by_task[name]
             shown = ", ".join(f"#{pk}" for pk in ids[:20]) + (" …" if len(ids) > 20 else "")
@@ -399,10 +400,10 @@ class JobAdmin(WindowActionsAdmin):
 
     @admin.display(description=_("held back by"))
     def held_back_by(self, job: Job) -> SafeString | str:
-        """What keeps a READY job from being claimed now (:func:`.holds.held_back`)."""
+        """What keeps a READY job from being claimed now (:func:`.hold_reasons.held_back`)."""
         if job.status != Job.Status.READY:
             return "—"
-        found = holds.held_back(job)
+        found = hold_reasons.held_back(job)
         if not found:
             return _(
                 "nothing: it is due and free to run; a worker serving queue %(queue)s claims it "
@@ -751,11 +752,7 @@ class TaskStateAdmin(ReadOnlyAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         now = timezone.now()
         running = (
-            Job.objects.filter(
-                task_name=OuterRef("task_name"),
-                status=Job.Status.RUNNING,
-                lease_expires_at__gt=now,
-            )
+            Job.objects.filter(live_lease(now), task_name=OuterRef("task_name"))
             .order_by()
             .values("task_name")
             .annotate(n=Count("pk"))
@@ -765,8 +762,8 @@ class TaskStateAdmin(ReadOnlyAdmin):
         qs = qs.annotate(running_now=Coalesce(Subquery(running, output_field=IntegerField()), 0))
         return qs
 
-    def _view(self, state: TaskState) -> holds.FlowView:
-        return holds.flow_view(
+    def _view(self, state: TaskState) -> hold_reasons.FlowView:
+        return hold_reasons.flow_view(
             state.task_name,
             state,
             now=timezone.now(),

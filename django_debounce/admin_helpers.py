@@ -25,6 +25,7 @@ from django.utils.translation import gettext_lazy as _
 
 from . import keys, registry
 from .conf import settings as debounce_settings
+from .job_ids import is_storable_id
 from .models import DeadLetter
 
 #: A changelist counts at most this many matching rows (then shows "more than …").
@@ -249,13 +250,10 @@ class RetriedFilter(admin.SimpleListFilter):
 
 # -- search --------------------------------------------------------------------------
 
-#: The largest value of a BigAutoField (PostgreSQL ``bigint``).
-_MAX_ID = 2**63 - 1
-
 
 def _as_id(term: str) -> int | None:
     """Return ``term`` as a row id if it is one (ASCII digits, fits a bigint), else ``None``."""
-    if term.isascii() and term.isdigit() and int(term) <= _MAX_ID:
+    if term.isascii() and term.isdigit() and is_storable_id(int(term)):
         return int(term)
     return None
 

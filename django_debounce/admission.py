@@ -11,23 +11,21 @@ admits jobs in claim order and saves the rows before it commits. Every
 worker process on every machine therefore shares one token bucket, one
 concurrency count and one breaker per task.
 
-Per task, a job is admitted when all of these allow it, checked in this order:
-
-* **circuit breaker** (``circuit_breaker=``): closed — yes; open before
-  ``reset`` — no; open after ``reset`` — one job, which becomes the probe
-  (the breaker turns half-open); half-open — no, unless the probe's job is no
-  longer RUNNING under a live lease (its worker died, or it was shed), in
-  which case the job at hand becomes the new probe.
-* **concurrency** (``concurrency=N``): RUNNING jobs of the task whose lease
-  is live (``lease_expires_at > now``), plus those admitted by this claim,
-  stay below N. A dead worker's jobs stop counting when their lease lapses.
-* **rate limit** (``rate_limit=``): the bucket holds a whole token, which the
-  job takes (:mod:`django_debounce.throttle`).
+Per task, a job is admitted when its circuit breaker, concurrency cap and
+rate limit all allow it: the rules and their order are
+:func:`django_debounce.claim_rules.verdict`, the one place they are written
+(the admin's "held back by" explanation reads the same verdict). This module
+gathers what the verdict needs under the row locks (the live state, the
+running count, whether a half-open breaker's probe still runs) and applies
+an admit: the job takes a token, or becomes the breaker's probe.
 
 A job held back stays READY with its ``run_at`` (its place in line). A job of
 an ``on_excess="drop"`` task that passes the breaker and concurrency checks
 but finds no token is shed instead (``shed:`` dead letter). A breaker never
 sheds: while open, jobs wait.
+
+:class:`Gate`, :func:`gate_for`, :func:`current_gates` and :func:`shed_reason`
+live in :mod:`django_debounce.claim_rules` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -36,82 +34,19 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import connections, transaction
 from django.db.models import Count
 
 from . import registry
-from .breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker
+from .breaker import CLOSED, HALF_OPEN, OPEN
+from .claim_rules import Gate, current_gates, gate_for, live_lease, shed_reason, verdict
 from .models import Job, TaskState
-from .throttle import EPSILON, TokenBucket, bucket_for
-
-if TYPE_CHECKING:
-    from .options import TaskOptions
 
 logger = logging.getLogger("django_debounce.admission")
 
 _STATE_FIELDS = ["tokens", "tokens_at", "breaker_state", "failures", "opened_at", "probe_job_id"]
-
-
-@dataclass(frozen=True)
-class Gate:
-    """The flow-control options of one task name, as the claim sees them.
-
-    Attributes:
-        task_name: the task's registered name.
-        bucket: its token bucket, or ``None`` without ``rate_limit=``.
-        drop: ``on_excess="drop"``: a job with no token is shed, not deferred.
-        concurrency: the cap on RUNNING jobs, or ``None``.
-        breaker: the circuit breaker, or ``None``.
-    """
-
-    task_name: str
-    bucket: TokenBucket | None
-    drop: bool
-    concurrency: int | None
-    breaker: CircuitBreaker | None
-
-
-def gate_for(name: str, options: TaskOptions) -> Gate | None:
-    """Return the :class:`Gate` of a task's options, or ``None`` when nothing gates it."""
-    if options.rate_limit is None and options.concurrency is None and not options.circuit_breaker:
-        return None
-    return Gate(
-        task_name=name,
-        bucket=(
-            bucket_for(options.rate_limit, options.rate_limit_burst)
-            if options.rate_limit is not None
-            else None
-        ),
-        drop=options.on_excess == "drop",
-        concurrency=options.concurrency,
-        breaker=options.circuit_breaker,
-    )
-
-
-def current_gates() -> dict[str, Gate]:
-    """Return the gates of every task registered in this process, by task name.
-
-    Empty when no task has a rate limit, a concurrency cap or a breaker: the
-    claim then takes its fast path (no extra queries). Pure Python, no query.
-    """
-    gates: dict[str, Gate] = {}
-    for name, registered in registry.all_tasks().items():
-        gate = gate_for(name, registered.options)
-        if gate is not None:
-            gates[name] = gate
-    return gates
-
-
-def shed_reason(gate: Gate) -> tuple[str, dict[str, Any]]:
-    """Return the dead letter's ``(reason, metadata)`` for a job dropped by ``gate``'s rate limit (§6)."""
-    assert gate.bucket is not None
-    text = gate.bucket.text
-    return (
-        f"shed: rate limit {text} exceeded",
-        {"shed": True, "rate_limit": text, "capacity": gate.bucket.capacity},
-    )
 
 
 @dataclass
@@ -182,23 +117,12 @@ class Admission:
         running = self._count_running(capped) if capped else {}
         blocked = set()
         for name in names:
-            gate = self.gates[name]
             row = rows.get(name)
             if row is None:
                 continue  # never used: full bucket, closed breaker
-            if (
-                gate.breaker
-                and row.breaker_state == OPEN
-                and not gate.breaker.probe_due(row, self.now)
-            ):
-                blocked.add(name)
-            elif gate.concurrency is not None and running.get(name, 0) >= gate.concurrency:
-                blocked.add(name)
-            elif (
-                gate.bucket is not None
-                and not gate.drop
-                and gate.bucket.level(row.tokens, row.tokens_at, self.now) < 1 - EPSILON
-            ):
+            # The probe is not looked up here: a half-open breaker is never called blocked.
+            judged = verdict(self.gates[name], row, now=self.now, in_use=running.get(name, 0))
+            if judged.kind == "hold":
                 blocked.add(name)
         return blocked
 
@@ -206,8 +130,7 @@ class Admission:
         """Return RUNNING jobs under a live lease (``lease_expires_at > now``) per task name."""
         return dict(
             Job.objects.using(self.using)
-            .filter(task_name__in=list(names), status=Job.Status.RUNNING)
-            .filter(lease_expires_at__gt=self.now)
+            .filter(live_lease(self.now), task_name__in=list(names))
             .values("task_name")
             .annotate(n=Count("id"))
             .values_list("task_name", "n")
@@ -259,11 +182,7 @@ class Admission:
                 self.probe_live[name] = (
                     row.probe_job_id is not None
                     and Job.objects.using(self.using)
-                    .filter(
-                        pk=row.probe_job_id,
-                        status=Job.Status.RUNNING,
-                        lease_expires_at__gt=self.now,
-                    )
+                    .filter(live_lease(self.now), pk=row.probe_job_id)
                     .exists()
                 )
 
@@ -327,34 +246,33 @@ class Admission:
         return decision
 
     def _check(self, gate: Gate, job: Job) -> str:
+        """Judge ``job`` by its task's rules (:func:`~.claim_rules.verdict`) and apply an admit.
+
+        Returns ``"admit"``, ``"hold"`` or ``"shed"``. An admitted job takes a
+        token and may become the breaker's probe, both in the locked row in memory.
+        """
         name = gate.task_name
         state = self.states.get(name)
         if state is None:
             return "hold"  # locked by another claimer right now
-        probe = False
-        if gate.breaker is not None:
-            if state.breaker_state == OPEN:
-                if not gate.breaker.probe_due(state, self.now):
-                    return "hold"
-                probe = True
-            elif state.breaker_state == HALF_OPEN:
-                if self.probe_live.get(name, False):
-                    return "hold"
-                probe = True
-        if gate.concurrency is not None:
-            if self.running.get(name, 0) + self.admitted.get(name, 0) >= gate.concurrency:
-                return "hold"
-        if gate.bucket is not None:
-            level = gate.bucket.level(state.tokens, state.tokens_at, self.now)
-            if level < 1 - EPSILON:
-                return "shed" if gate.drop else "hold"
-            state.tokens = max(0.0, level - 1)
+        judged = verdict(
+            gate,
+            state,
+            now=self.now,
+            in_use=self._in_use(name),
+            probe_live=self.probe_live.get(name, False),
+            job_id=job.pk,
+        )
+        if judged.kind != "admit":
+            return judged.kind
+        if judged.level is not None:
+            state.tokens = max(0.0, judged.level - 1)
             # Never move tokens_at back: a claim whose ``now`` was read before it waited for
             # this row's lock must not refill again the time another claim already counted.
             if state.tokens_at is None or state.tokens_at < self.now:
                 state.tokens_at = self.now
             self.dirty.add(name)
-        if probe:
+        if judged.probe:
             state.breaker_state = HALF_OPEN
             state.probe_job_id = job.pk
             self.probe_live[name] = True
@@ -368,6 +286,10 @@ class Admission:
         self.admitted[name] = self.admitted.get(name, 0) + 1
         return "admit"
 
+    def _in_use(self, name: str) -> int:
+        """Return the task's RUNNING jobs under a live lease plus those admitted by this claim."""
+        return self.running.get(name, 0) + self.admitted.get(name, 0)
+
     def exhausted_names(self) -> set[str]:
         """Return gated names that can admit nothing more in this claim.
 
@@ -376,24 +298,14 @@ class Admission:
         """
         out = set(self.unavailable)
         for name, state in self.states.items():
-            gate = self.gates[name]
-            if gate.breaker is not None:
-                if state.breaker_state == OPEN and not gate.breaker.probe_due(state, self.now):
-                    out.add(name)
-                    continue
-                if state.breaker_state == HALF_OPEN and self.probe_live.get(name, False):
-                    out.add(name)
-                    continue
-            if gate.concurrency is not None and (
-                self.running.get(name, 0) + self.admitted.get(name, 0) >= gate.concurrency
-            ):
-                out.add(name)
-                continue
-            if (
-                gate.bucket is not None
-                and not gate.drop
-                and gate.bucket.level(state.tokens, state.tokens_at, self.now) < 1 - EPSILON
-            ):
+            judged = verdict(
+                self.gates[name],
+                state,
+                now=self.now,
+                in_use=self._in_use(name),
+                probe_live=self.probe_live.get(name, False),
+            )
+            if judged.kind == "hold":
                 out.add(name)
         return out
 

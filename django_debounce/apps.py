@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 from django.apps import AppConfig
 from django.utils.module_loading import autodiscover_modules
 
+from .checks import register_checks
+
 if TYPE_CHECKING:
     from .models import DeadLetter, Job
 
@@ -20,8 +22,7 @@ class DjangoDebounceConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401  (registers the checks)
-
+        register_checks()
         autodiscover_modules("tasks")
 
     def retry_dead_letter(self, letter: DeadLetter, *, force: bool) -> Job | None:

@@ -1,6 +1,8 @@
 """System checks for the ``DEBOUNCE_*`` settings and the database (ids ``django_debounce.E0nn``/``W0nn``).
 
 Every id is listed in docs/reference/checks.md. Ids are never renumbered.
+Importing this module registers nothing: :func:`register_checks` does, from
+``DjangoDebounceConfig.ready``.
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ def _setting(name: str) -> Any:
     return getattr(django_settings, f"DEBOUNCE_{name}", DEFAULTS[name])
 
 
-@register()
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Validate every ``DEBOUNCE_*`` setting (E001–E010)."""
     errors: list[CheckMessage] = []
@@ -89,7 +90,6 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     return errors
 
 
-@register()
 def check_database_options(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Check database OPTIONS without connecting (W001, W002)."""
     return check_database_settings()
@@ -132,7 +132,6 @@ def check_database_settings() -> list[CheckMessage]:
     return messages
 
 
-@register()
 def check_use_tz(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """E011: the package's one clock (§4.7) needs ``USE_TZ = True``."""
     if getattr(django_settings, "USE_TZ", True):
@@ -150,7 +149,6 @@ def check_use_tz(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     ]
 
 
-@register()
 def check_queues(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """E012: ``DEBOUNCE_QUEUES`` must parse (CoDel target/interval per queue, §6, §11)."""
     try:
@@ -170,7 +168,6 @@ def check_queues(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     return []
 
 
-@register()
 def check_dead_letter_auto_retry(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """E013: ``DEBOUNCE_DEAD_LETTER_AUTO_RETRY`` must be None or parse (§8, §11)."""
     try:
@@ -190,7 +187,6 @@ def check_dead_letter_auto_retry(app_configs: Any = None, **kwargs: Any) -> list
     return []
 
 
-@register()
 def check_max_payload_bytes(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """E014: ``DEBOUNCE_MAX_PAYLOAD_BYTES`` must be an int of at least 1024."""
     try:
@@ -210,7 +206,41 @@ def check_max_payload_bytes(app_configs: Any = None, **kwargs: Any) -> list[Chec
     return []
 
 
-@register()
+def check_enqueue_retries(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """E015: ``DEBOUNCE_ENQUEUE_RETRIES`` must be an int (values below 1 count as 1, §4.4)."""
+    value = _setting("ENQUEUE_RETRIES")
+    if isinstance(value, bool) or not isinstance(value, int):
+        return [
+            Error(
+                f"DEBOUNCE_ENQUEUE_RETRIES={value!r} is not an integer.",
+                hint=(
+                    "It counts the attempts an enqueue makes when it loses a race or waits on "
+                    "a lock before it raises EnqueueContentionError, e.g. "
+                    "DEBOUNCE_ENQUEUE_RETRIES = 20 (the default; values below 1 count as 1)."
+                ),
+                id="django_debounce.E015",
+            )
+        ]
+    return []
+
+
+def check_backoff_jitter(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """E016: ``DEBOUNCE_BACKOFF_JITTER`` must be True or False (§7)."""
+    value = _setting("BACKOFF_JITTER")
+    if not isinstance(value, bool):
+        return [
+            Error(
+                f"DEBOUNCE_BACKOFF_JITTER={value!r} is not True or False.",
+                hint=(
+                    "True (the default) draws each retry's delay from [base / 2, base] so jobs "
+                    "that failed together spread out; False waits exactly base."
+                ),
+                id="django_debounce.E016",
+            )
+        ]
+    return []
+
+
 def check_unknown_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """W003: a ``DEBOUNCE_*`` setting the package does not know (most likely a typo).
 
@@ -270,3 +300,26 @@ def _suggestion(name: str) -> str | None:
 def _runs_inside(part: list[str], whole: list[str]) -> bool:
     """True if the words ``part`` appear in ``whole`` one after another."""
     return any(whole[i : i + len(part)] == part for i in range(len(whole) - len(part) + 1))
+
+
+#: Every check of the package, in the order ``manage.py check`` reports them.
+ALL_CHECKS = (
+    check_settings,
+    check_database_options,
+    check_use_tz,
+    check_queues,
+    check_dead_letter_auto_retry,
+    check_max_payload_bytes,
+    check_enqueue_retries,
+    check_backoff_jitter,
+    check_unknown_settings,
+)
+
+
+def register_checks() -> None:
+    """Register :data:`ALL_CHECKS` with Django's check framework (``AppConfig.ready``).
+
+    Registering twice is harmless: the framework keeps a set.
+    """
+    for check in ALL_CHECKS:
+        register(check)

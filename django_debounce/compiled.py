@@ -16,9 +16,11 @@ The cache key must name everything the SQL depends on except the slots:
 callers pass the shape (queues, limit, number of ids, lock flavour, …) and the
 alias and vendor are added here. Django inlines ``LIMIT`` and writes ``None``
 as a literal ``NULL``, so limits belong in the key and a compared slot is
-never ``None``. Entries are plain data (strings, tuples, fields), shared by
-all threads; dict reads and writes are atomic, and two threads compiling the
-same shape at once store equal entries. Nothing at runtime changes an entry:
+never ``None``. Entries are plain data (strings, tuples, fields), kept in
+plain dicts by one rule (:func:`_remember`: shared by all threads, bounded by
+:data:`MAX_ENTRIES`), both the compiled queries and the SQL written around
+them (:func:`derived_sql`); dict reads and writes are atomic, and two threads
+compiling the same shape at once store equal entries. Nothing at runtime changes an entry:
 the SQL depends only on the model, the key and the database backend. Django
 offers no cache of compiled queries itself.
 
@@ -33,7 +35,7 @@ import weakref
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -83,17 +85,50 @@ class Compiled:
         return params
 
 
+_V = TypeVar("_V")
+
+#: Compiled queries by ``(key, alias, vendor)``.
 _cache: dict[Hashable, Compiled] = {}
+#: SQL text built around a compiled query (:func:`derived_sql`), by the caller's key.
+_derived: dict[Hashable, str] = {}
+
+
+def _remember(store: dict[Hashable, _V], key: Hashable, make: Callable[[], _V]) -> _V:
+    """Return ``store[key]``, made by ``make()`` on a miss: the one caching rule of this module.
+
+    A plain dict, shared by all threads (reads and writes are atomic; two threads
+    missing at once store equal values). Past :data:`MAX_ENTRIES` it starts over
+    rather than grow without bound.
+    """
+    found = store.get(key)
+    if found is None:
+        found = make()
+        if len(store) >= MAX_ENTRIES:
+            store.clear()
+        store[key] = found
+    return found
 
 
 def clear() -> None:
-    """Forget every compiled query (tests; nothing at runtime needs it)."""
+    """Forget every compiled query and derived SQL (tests; nothing at runtime needs it)."""
     _cache.clear()
+    _derived.clear()
 
 
 def cache_keys() -> list[Hashable]:
     """Return the keys of the compiled shapes, as ``(key, alias, vendor)``."""
     return list(_cache)
+
+
+def derived_sql(key: Hashable, make: Callable[[], str]) -> str:
+    """Return SQL text written around a compiled query, built by ``make()`` once per ``key``.
+
+    For statements the ORM cannot express (the one-statement claim wraps the
+    compiled claim query in a ``WITH … UPDATE … RETURNING``): ``key`` must name
+    everything the text depends on, e.g. the compiled query's own SQL. Kept by
+    the same rule as the compiled queries (:func:`_remember`).
+    """
+    return _remember(_derived, key, make)
 
 
 def compiled(
@@ -116,20 +151,19 @@ def compiled(
             parameter other than its own.
     """
     connection = connections[using]
-    full_key = (key, using, connection.vendor)
-    entry = _cache.get(full_key)
-    if entry is None:
+    entry = _cache.get((key, using, connection.vendor))
+    if entry is not None:  # the hot path: one dict lookup
+        return entry
+
+    def make() -> Compiled:
         if connection.get_autocommit():
             # Django refuses to compile ``select_for_update()`` outside a transaction even
             # when nothing runs; compiling sends no query, so the block is empty on the wire.
             with transaction.atomic(using=using):
-                entry = _compile(build, slots, using)
-        else:
-            entry = _compile(build, slots, using)
-        if len(_cache) >= MAX_ENTRIES:
-            _cache.clear()
-        _cache[full_key] = entry
-    return entry
+                return _compile(build, slots, using)
+        return _compile(build, slots, using)
+
+    return _remember(_cache, (key, using, connection.vendor), make)
 
 
 def _sentinel(field: Field[Any, Any], index: int, variant: int) -> Any:

@@ -1,18 +1,19 @@
 """The one reader of ``django.conf.settings`` for ``DEBOUNCE_*`` names.
 
-Every setting is read lazily on attribute access, so ``override_settings``
-works in tests. The few read on every enqueue (``USE_TZ``,
-``DEBOUNCE_MAX_PAYLOAD_BYTES``) are kept after their first read and forgotten
-when Django's ``setting_changed`` signal names them (``override_settings``
-sends it). Validation lives in :mod:`django_debounce.checks`.
+Every setting is read and parsed at its first attribute access and kept
+(``settings.codel`` is read on every claim, ``settings.use_tz`` on every
+enqueue); Django's ``setting_changed`` signal naming a ``DEBOUNCE_*`` setting
+or ``USE_TZ`` forgets what was kept (``override_settings`` sends it), so tests
+that change settings see the new values. Validation lives in
+:mod:`django_debounce.checks`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings as django_settings
 from django.core.signals import setting_changed
@@ -158,11 +159,14 @@ def parse_max_payload_bytes(value: Any) -> int:
     return value
 
 
-#: Values read on the enqueue path, kept until ``setting_changed`` names them.
+#: Every parsed value, by setting name, kept until ``setting_changed`` names the setting.
 _cache: dict[str, Any] = {}
+
+_T = TypeVar("_T")
 
 
 def _forget(*, setting: str, **kwargs: Any) -> None:
+    """Drop the parsed values when a ``DEBOUNCE_*`` setting or ``USE_TZ`` changes."""
     if setting == "USE_TZ" or setting.startswith("DEBOUNCE_"):
         _cache.clear()
 
@@ -171,14 +175,28 @@ setting_changed.connect(_forget, dispatch_uid="django_debounce.conf")
 
 
 class Settings:
-    """Lazy, typed view of the ``DEBOUNCE_*`` settings."""
+    """Lazy, typed view of the ``DEBOUNCE_*`` settings.
+
+    Each attribute reads and parses its setting at its first access and keeps
+    the result; Django's ``setting_changed`` signal (which ``override_settings``
+    and pytest-django's ``settings`` fixture send) forgets every kept value, so
+    the next access reads the new one. A setting that does not parse raises
+    at every access (nothing is kept); ``manage.py check`` reports it first.
+    """
 
     def _get(self, name: str) -> Any:
         return getattr(django_settings, f"DEBOUNCE_{name}", DEFAULTS[name])
 
+    def _kept(self, name: str, parse: Callable[[Any], _T]) -> _T:
+        """Return ``parse(DEBOUNCE_<name>)``, parsed once until the setting changes."""
+        try:
+            value: _T = _cache[name]
+        except KeyError:
+            value = _cache[name] = parse(self._get(name))
+        return value
+
     def _duration(self, name: str) -> timedelta:
-        value: DurationLike = self._get(name)
-        return parse_duration(value, name=f"DEBOUNCE_{name}")
+        return self._kept(name, lambda value: parse_duration(value, name=f"DEBOUNCE_{name}"))
 
     @property
     def default_window(self) -> DurationLike | None:
@@ -200,7 +218,7 @@ class Settings:
     @property
     def max_retries(self) -> int:
         """``DEBOUNCE_MAX_RETRIES``: default retries after the first attempt (default 3)."""
-        return int(self._get("MAX_RETRIES"))
+        return self._kept("MAX_RETRIES", int)
 
     @property
     def min_backoff(self) -> timedelta:
@@ -215,12 +233,12 @@ class Settings:
     @property
     def backoff_jitter(self) -> bool:
         """``DEBOUNCE_BACKOFF_JITTER``: spread retries with equal jitter, delay in [base/2, base] (default True)."""
-        return bool(self._get("BACKOFF_JITTER"))
+        return self._kept("BACKOFF_JITTER", bool)
 
     @property
     def poll_interval(self) -> float:
         """``DEBOUNCE_POLL_INTERVAL``: seconds between polls of an idle worker (default 1.0)."""
-        return float(self._get("POLL_INTERVAL"))
+        return self._kept("POLL_INTERVAL", float)
 
     @property
     def shutdown_grace(self) -> timedelta:
@@ -230,31 +248,23 @@ class Settings:
     @property
     def enqueue_retries(self) -> int:
         """``DEBOUNCE_ENQUEUE_RETRIES``: attempts before ``EnqueueContentionError`` (default 20)."""
-        return int(self._get("ENQUEUE_RETRIES"))
+        return self._kept("ENQUEUE_RETRIES", int)
 
     @property
     def max_payload_bytes(self) -> int:
         """``DEBOUNCE_MAX_PAYLOAD_BYTES``: largest JSON text of a job's payload (default 1 MiB).
 
-        Kept after the first read (reset by ``setting_changed``).
-
         Raises:
             ConfigurationError: the setting is invalid (see :func:`parse_max_payload_bytes`).
         """
-        try:
-            value: int = _cache["MAX_PAYLOAD_BYTES"]
-        except KeyError:
-            value = _cache["MAX_PAYLOAD_BYTES"] = parse_max_payload_bytes(
-                self._get("MAX_PAYLOAD_BYTES")
-            )
-        return value
+        return self._kept("MAX_PAYLOAD_BYTES", parse_max_payload_bytes)
 
     @property
     def use_tz(self) -> bool:
         """Django's ``USE_TZ``: the package needs it True (check E011; §4.7).
 
-        Kept after the first read (reset by ``setting_changed``), so the check
-        every enqueue makes costs a dict lookup.
+        Kept like the ``DEBOUNCE_*`` values, so the check every enqueue makes
+        costs a dict lookup.
         """
         try:
             value: bool = _cache["USE_TZ"]
@@ -269,16 +279,18 @@ class Settings:
         Raises:
             ConfigurationError: the setting is malformed (see :func:`parse_auto_retry`).
         """
-        return parse_auto_retry(self._get("DEAD_LETTER_AUTO_RETRY"))
+        return self._kept("DEAD_LETTER_AUTO_RETRY", parse_auto_retry)
 
     @property
     def codel(self) -> dict[str, CodelSettings]:
         """``DEBOUNCE_QUEUES``: queue name -> CoDel settings, for queues with CoDel on (§6).
 
+        Parsed once, not on every claim (the dict is shared: do not change it).
+
         Raises:
             ConfigurationError: the setting is invalid (see :func:`parse_queues`).
         """
-        return parse_queues(self._get("QUEUES"))
+        return self._kept("QUEUES", parse_queues)
 
 
 @dataclass(frozen=True)

@@ -10,16 +10,17 @@ All are sent with ``sender=Job`` and keyword arguments:
   after it (``SUCCESSFUL``, ``READY`` for a scheduled retry, ``FAILED``).
 * ``job_dead_lettered(job, dead_letter)``: a dead letter was written. Shed jobs
   send nothing (§6).
+
+A receiver that raises is logged by Django (``django.dispatch`` logger) and
+does not stop the job's lifecycle (:func:`send_signal`).
 """
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
+from django.apps import apps
 from django.dispatch import Signal
-
-logger = logging.getLogger("django_debounce.signals")
 
 job_enqueued = Signal()
 job_started = Signal()
@@ -32,14 +33,10 @@ def send_signal(signal: Signal, **kwargs: Any) -> None:
 
     A receiver's bug must not strand a claimed job in RUNNING or make a
     committed enqueue look failed to its caller (who might then enqueue twice).
+    Django's ``send_robust`` catches the receiver's exception and logs it once,
+    with its traceback, on the ``django.dispatch`` logger (ERROR); nothing is
+    logged here again. ``Job`` is looked up in the app registry, not imported,
+    so importing this module never imports the models (it is safe before the
+    apps are ready, and the dependency points one way: models never import it).
     """
-    from .models import Job
-
-    for receiver, response in signal.send_robust(sender=Job, **kwargs):
-        if isinstance(response, Exception):
-            logger.error(
-                "signal receiver %r raised",
-                receiver,
-                exc_info=response,
-                extra={"action": "signal_error"},
-            )
+    signal.send_robust(sender=apps.get_model("django_debounce", "Job"), **kwargs)

@@ -49,6 +49,13 @@ def has_row_locks() -> bool:
     return connection.vendor in ("postgresql", "mysql")
 
 
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """Print pytest-randomly's seed last, even under ``-q``, so a failing order can be replayed."""
+    seed = getattr(config.option, "randomly_seed", None)
+    if isinstance(seed, int) and config.pluginmanager.has_plugin("randomly"):
+        terminalreporter.write_line(f"random order: replay it with --randomly-seed={seed}")
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("postgres"):
         require_service(is_postgres(), "needs PostgreSQL: run python3 dev.py test --db postgres")

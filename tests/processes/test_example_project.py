@@ -21,9 +21,9 @@ import pytest
 from django.test import override_settings
 
 from example_project.docs.events import builtin_events
-from tests.test_replay import MAX_WAIT, W, expected_runs
+from tests.processes.test_replay_events import MAX_WAIT, W, expected_runs
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def example_settings(monkeypatch, **env: str):

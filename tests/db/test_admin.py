@@ -1,7 +1,7 @@
 """The admin of issue #4 (test client): pages, filters, bounded queries, the guarded Retry (§8, §9).
 
-Run now / Cancel and the races on PostgreSQL are in ``test_admin_windows.py``; the real
-browser in ``test_browser.py``.
+Run now / Cancel and the races on PostgreSQL are in ``processes/test_admin_window_actions.py``; the real
+browser in ``processes/test_admin_in_browser.py``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Coalescing and payload merges under racing producer processes (§6 coalesce, §4.4, §4.8).
 
 Producers are separate Python processes (``python -m tests.procs produce``)
-released together by a barrier file, as in ``test_races.py``; workers are
+released together by a barrier file, as in ``processes/test_enqueue_races.py``; workers are
 ``python -m django run_debounce_worker`` subprocesses. Nothing is mocked:
 the unique ``unique_lock``/``window_key`` columns and the row locks of
 PostgreSQL or MariaDB at READ COMMITTED decide every race.

@@ -1,6 +1,6 @@
 """Payload merges (§4.8): ``debounce_merge(stored_call, new_call) -> call_to_store``.
 
-The racing-producer proof is in ``test_coalesce_races.py`` (PostgreSQL, real
+The racing-producer proof is in ``processes/test_coalescing_races.py`` (PostgreSQL, real
 processes); this module pins the single-process semantics: what the function
 receives, when it runs, and that a merge which fails changes nothing.
 """

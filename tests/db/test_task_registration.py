@@ -260,9 +260,9 @@ async def module_level_async(x):
 
 
 def test_name_defaults_to_module_and_qualname(names):
-    assert module_level.name == "tests.test_registration.module_level"
-    assert module_level_async.name == "tests.test_registration.module_level_async"
-    assert registry.get_task("tests.test_registration.module_level") is module_level
+    assert module_level.name == "tests.db.test_task_registration.module_level"
+    assert module_level_async.name == "tests.db.test_task_registration.module_level_async"
+    assert registry.get_task("tests.db.test_task_registration.module_level") is module_level
 
     class Holder:
         @staticmethod
@@ -272,7 +272,7 @@ def test_name_defaults_to_module_and_qualname(names):
     nested = task(Holder.method)
     names.append(nested.name)
     assert nested.name == (
-        "tests.test_registration.test_name_defaults_to_module_and_qualname.<locals>.Holder.method"
+        "tests.db.test_task_registration.test_name_defaults_to_module_and_qualname.<locals>.Holder.method"
     )
 
     @task(name="enq.reg.explicit")

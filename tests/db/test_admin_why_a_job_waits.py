@@ -16,8 +16,8 @@ from django_debounce import holds
 from django_debounce.models import DeadLetter, Job, JobDependency, QueueState, TaskState
 from django_debounce.worker import claim_jobs
 from tests.conftest import T
+from tests.db.test_admin import staff, url
 from tests.factories import DeadLetterFactory, JobFactory
-from tests.test_admin import staff, url
 from tests.testapp import tasks_admin_holds
 
 pytestmark = pytest.mark.django_db

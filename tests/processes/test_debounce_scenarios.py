@@ -1,8 +1,8 @@
 """Field reports about declaring and enqueueing (B01 B04 B05 B06 B08 B09 B10).
 
-Each test follows its entry in ``/work/shared/cases/field-reports.md``; "run@t"
-is ``clock(...)`` then ``burst()``. B12 lives in ``test_keys.py`` and B13 in
-``test_codec.py``, beside the behaviour they pin down.
+Each test follows its entry in ``../shared/cases/field-reports.md`` (relative to the
+repository root); "run@t" is ``clock(...)`` then ``burst()``. B12 lives in ``db/test_debounce_keys.py`` and B13 in
+``db/test_payload_codec.py``, beside the behaviour they pin down.
 """
 
 from __future__ import annotations
@@ -514,7 +514,7 @@ from django_debounce.models import Job
 
 name = sys.argv[1]
 out = {
-    "imported": [m for m in sys.modules if m.startswith("tests.test_")],
+    "imported": [m for m in sys.modules if m.startswith("tests.") and ".test_" in m],
     "registered": registry.lookup(name) is not None,
 }
 options = {"debounce": "1m", "debounce_max_wait": "5m", "debounce_key": "sync:{0}"}
@@ -537,7 +537,7 @@ def test_b10_key_templates_resolve_per_call_by_name_in_another_process():
     result = subprocess.run(
         [sys.executable, "-c", CHILD, sync_pos.name],
         env=child_env(),
-        cwd=Path(__file__).resolve().parent.parent,
+        cwd=Path(__file__).resolve().parents[2],
         capture_output=True,
         text=True,
         timeout=60,

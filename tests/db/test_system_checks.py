@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import timedelta
 from io import StringIO
@@ -117,6 +119,79 @@ def test_e014_max_payload_bytes_must_be_an_int_of_at_least_1024(settings, value)
 def test_e014_accepts_byte_counts_from_1024(settings, value):
     settings.DEBOUNCE_MAX_PAYLOAD_BYTES = value
     assert checks.check_max_payload_bytes() == []
+
+
+@pytest.mark.parametrize("value", ["20", 20.0, True, None])
+def test_e015_enqueue_retries_must_be_an_int(settings, value):
+    settings.DEBOUNCE_ENQUEUE_RETRIES = value
+
+    messages = checks.check_enqueue_retries()
+
+    assert [m.id for m in messages] == ["django_debounce.E015"]
+    assert messages[0].level == ERROR
+    assert "DEBOUNCE_ENQUEUE_RETRIES" in messages[0].msg
+    assert "EnqueueContentionError" in messages[0].hint
+
+
+@pytest.mark.parametrize("value", [20, 1, 0, -3])
+def test_e015_accepts_any_int_below_1_counting_as_1(settings, value):
+    settings.DEBOUNCE_ENQUEUE_RETRIES = value
+    assert checks.check_enqueue_retries() == []
+
+
+@pytest.mark.parametrize("value", [1, 0, "False", None])
+def test_e016_backoff_jitter_must_be_a_bool(settings, value):
+    settings.DEBOUNCE_BACKOFF_JITTER = value
+
+    messages = checks.check_backoff_jitter()
+
+    assert [m.id for m in messages] == ["django_debounce.E016"]
+    assert messages[0].level == ERROR
+    assert "DEBOUNCE_BACKOFF_JITTER" in messages[0].msg
+    assert "base / 2" in messages[0].hint
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_e016_accepts_true_and_false(settings, value):
+    settings.DEBOUNCE_BACKOFF_JITTER = value
+    assert checks.check_backoff_jitter() == []
+
+
+@CHECK_COMMAND
+@pytest.mark.parametrize(
+    ("name", "value", "code"),
+    [("ENQUEUE_RETRIES", "20", "E015"), ("BACKOFF_JITTER", "yes", "E016")],
+)
+def test_check_command_fails_on_e015_and_e016(settings, name, value, code):
+    setattr(settings, f"DEBOUNCE_{name}", value)
+
+    with pytest.raises(SystemCheckError) as raised:
+        call_command("check", stdout=StringIO(), stderr=StringIO())
+
+    assert f"django_debounce.{code}" in str(raised.value)
+
+
+def test_defaults_pass_e015_and_e016(settings):
+    for name in ("ENQUEUE_RETRIES", "BACKOFF_JITTER"):
+        if hasattr(settings, f"DEBOUNCE_{name}"):
+            delattr(settings, f"DEBOUNCE_{name}")
+    assert checks.check_enqueue_retries() + checks.check_backoff_jitter() == []
+
+
+def test_checks_are_registered_by_the_app_config_not_by_importing_the_module():
+    from django.core.checks import registry
+
+    assert set(checks.ALL_CHECKS) <= set(registry.registry.get_checks())
+    # In a process where the app is not installed, importing the module registers nothing.
+    code = (
+        "import django; from django.conf import settings; settings.configure(); django.setup(); "
+        "from django.core.checks import registry; from django_debounce import checks; "
+        "print(len(set(checks.ALL_CHECKS) & set(registry.registry.get_checks())))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == "0"
 
 
 # -- database checks (W001, W002) ------------------------------------------------------

@@ -19,9 +19,9 @@ from django_debounce import windows
 from django_debounce.models import DeadLetter, Job, JobDependency, TaskState
 from django_debounce.worker import claim_jobs
 from tests.conftest import T, child_env
+from tests.db.test_admin import messages_of, staff
 from tests.factories import DeadLetterFactory, JobFactory
 from tests.procs import processes, wait_for, waiting_on_a_lock
-from tests.test_admin import messages_of, staff
 from tests.testapp import tasks_admin_holds
 from tests.testapp.models import CallLog
 from tests.testapp.tasks_admin import refresh

@@ -12,8 +12,8 @@ from django.test import Client
 from django.urls import reverse
 
 from django_debounce.models import DeadLetter, Job
+from tests.db.test_admin import messages_of, staff
 from tests.factories import DeadLetterFactory, JobFactory
-from tests.test_admin import messages_of, staff
 from tests.testapp.tasks_admin import refresh
 
 pytestmark = pytest.mark.django_db

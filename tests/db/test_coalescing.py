@@ -1,9 +1,9 @@
 """Coalescing semantics (§1, §6): what ``unique_key``/``idempotent=True`` return, and when.
 
-Complements ``test_enqueue.py`` (READY and RUNNING coalescing, a new job after
+Complements ``db/test_enqueue.py`` (READY and RUNNING coalescing, a new job after
 SUCCESSFUL, idempotent binding, per-call templates, debounce + unique key per
-call), ``test_registration.py`` (debounce + unique key at decoration) and
-``test_coalesce_races.py`` (racing producer processes on PostgreSQL).
+call), ``db/test_task_registration.py`` (debounce + unique key at decoration) and
+``processes/test_coalescing_races.py`` (racing producer processes on PostgreSQL).
 """
 
 from __future__ import annotations

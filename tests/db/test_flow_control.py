@@ -3,7 +3,7 @@
 Every test here drives the real claim (``claim_jobs`` or ``run_debounce_worker
 --burst``) with the clock frozen at T, so token refills, breaker resets and
 lease expiries happen at exact instants. Runs with real worker processes on
-PostgreSQL are in ``test_flow_processes.py``.
+PostgreSQL are in ``processes/test_flow_control_across_workers.py``.
 """
 
 from __future__ import annotations

@@ -32,8 +32,9 @@ from example_project.docs.replay import IDLE_PAD
 from example_project.docs.tasks import rebuild_docs
 from tests.conftest import require_service
 
-#: The real stream (read /work/shared/data/README.md); never copied into the repository.
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "commit_file_events.csv"
+#: The real stream, ``../shared/data/`` relative to the repository root (read its README.md);
+#: never copied into the repository.
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "commit_file_events.csv"
 W, MAX_WAIT = 3600, 7200
 
 

@@ -1,0 +1,91 @@
+"""The claim rules written once (``django_debounce.claim_rules``): the flow-control verdict
+as a pure function, and the claim query built from the same predicates the admin explains.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib
+
+import pytest
+
+from django_debounce import CircuitBreaker, claim_rules, hold_reasons, holds
+from django_debounce.claim_rules import Gate, verdict
+from django_debounce.models import TaskState
+from django_debounce.throttle import bucket_for
+
+T = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
+S = dt.timedelta(seconds=1)
+
+
+def gate(**options: object) -> Gate:
+    return Gate(
+        task_name="t",
+        bucket=options.get("bucket"),  # type: ignore[arg-type]
+        drop=bool(options.get("drop", False)),
+        concurrency=options.get("concurrency"),  # type: ignore[arg-type]
+        breaker=options.get("breaker"),  # type: ignore[arg-type]
+    )
+
+
+def test_no_row_admits_a_closed_breaker_and_a_full_bucket():
+    judged = verdict(gate(bucket=bucket_for("2/s"), breaker=CircuitBreaker()), None, now=T)
+    assert (judged.kind, judged.reasons, judged.probe, judged.level) == ("admit", (), False, 2.0)
+
+
+def test_open_breaker_holds_until_reset_then_admits_the_probe():
+    breaker = CircuitBreaker(failures=1, reset="30s")
+    state = TaskState(task_name="t", breaker_state="open", failures=1, opened_at=T)
+    held = verdict(gate(breaker=breaker), state, now=T + 10 * S)
+    assert held.kind == "hold"
+    assert [r.code for r in held.reasons] == ["breaker"]
+    assert held.until == T + 30 * S
+    probe = verdict(gate(breaker=breaker), state, now=T + 30 * S)
+    assert (probe.kind, probe.probe) == ("admit", True)
+
+
+def test_half_open_holds_while_the_probe_lives_but_never_the_probe_itself():
+    state = TaskState(task_name="t", breaker_state="half_open", probe_job_id=7)
+    g = gate(breaker=CircuitBreaker())
+    assert verdict(g, state, now=T, probe_live=True).kind == "hold"
+    assert verdict(g, state, now=T, probe_live=True, job_id=7).kind == "admit"
+    assert verdict(g, state, now=T, probe_live=False).probe is True
+
+
+def test_empty_bucket_holds_or_sheds_and_says_when_the_next_token_comes():
+    state = TaskState(task_name="t", tokens=0.5, tokens_at=T)
+    held = verdict(gate(bucket=bucket_for("1/s")), state, now=T)
+    assert held.kind == "hold" and held.until == T + 0.5 * S
+    shed = verdict(gate(bucket=bucket_for("1/s"), drop=True), state, now=T)
+    assert shed.kind == "shed" and [r.code for r in shed.reasons] == ["shed"]
+
+
+def test_the_claim_stops_at_the_first_reason_the_admin_lists_every_one():
+    state = TaskState(task_name="t", tokens=0.0, tokens_at=T)
+    g = gate(bucket=bucket_for("1/s"), drop=True, concurrency=1)
+    first = verdict(g, state, now=T, in_use=1)
+    assert first.kind == "hold"  # the full cap decides: a capped job is never shed
+    assert [r.code for r in first.reasons] == ["concurrency"]
+    every = verdict(g, state, now=T, in_use=1, every=True)
+    assert every.kind == "hold"
+    assert [r.code for r in every.reasons] == ["concurrency", "shed"]
+
+
+@pytest.mark.parametrize("queues", [None, ("a", "b")])
+def test_the_claim_query_is_the_one_built_from_the_rules(queues):
+    # The claim's own ``claimable_jobs`` (worker or claim module) must be these rules.
+    for name in ("django_debounce.claim", "django_debounce.worker"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        if hasattr(module, "claimable_jobs"):
+            break
+    theirs = module.claimable_jobs(T, queues)
+    assert str(theirs.query) == str(claim_rules.claimable_jobs(T, queues).query)
+
+
+def test_the_documented_holds_module_is_the_hold_reasons_module():
+    assert holds.held_back is hold_reasons.held_back
+    assert holds.Hold is claim_rules.Hold
+    assert holds.flow_view is hold_reasons.flow_view
