@@ -94,7 +94,7 @@ FROM (
 
 FILL_DEAD_LETTERS = """
 INSERT INTO django_debounce_deadletter (
-    id, job_id, task_name, queue, args, kwargs, reason, metadata, error, traceback,
+    id, job_id, task_name, queue, args, kwargs, reason, kind, metadata, error, traceback,
     created_at, retried_at, retry_job_id, retry_depth)
 SELECT g, 1 + floor(r1 * (%(n)s - 1))::bigint,
     CASE WHEN r2 < 0.001 * 20 THEN %(rare)s
@@ -105,6 +105,8 @@ SELECT g, 1 + floor(r1 * (%(n)s - 1))::bigint,
          WHEN r4 < 0.85 THEN 'shed: rate limit 10/s exceeded'
          WHEN r4 < 0.95 THEN 'codel: queue default sojourn 2.1s above target 500ms'
          ELSE 'unknown_task: no task named bench.gone is registered' END,
+    CASE WHEN r4 < 0.70 THEN 'failure' WHEN r4 < 0.85 THEN 'shed'
+         WHEN r4 < 0.95 THEN 'codel' ELSE 'unknown_task' END,
     '{}'::jsonb,
     CASE WHEN r4 < 0.70 THEN 'builtins.ValueError: boom' ELSE '' END,
     CASE WHEN r4 < 0.70 THEN 'Traceback (most recent call last):\n  ...\nValueError: boom'

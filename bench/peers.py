@@ -607,8 +607,8 @@ CATEGORIES: list[tuple[str, Callable[[str, str], bool]]] = [
 
 #: Functions whose cumulative time the profile report shows (substring of file:function).
 HIGHLIGHTS = [
-    "core.py:enqueue_call",
-    "core.py:plan_call",
+    "enqueueing.py:enqueue_call",
+    "enqueueing.py:plan_call",
     "upsert.py:slide_or_insert",
     "upsert.py:_from_row",
     "worker.py:run",

@@ -38,7 +38,7 @@ __all__ = [
 
 
 def enqueue(task_name: str, args: Any = (), kwargs: Any = None, **options: Any) -> Job:
-    """Enqueue a call of the task registered as ``task_name``; see :func:`django_debounce.core.enqueue`."""
-    from .core import enqueue as _enqueue
+    """Enqueue a call of the task registered as ``task_name``; see :func:`django_debounce.enqueueing.enqueue`."""
+    from .enqueueing import enqueue as _enqueue
 
     return _enqueue(task_name, args, kwargs, **options)

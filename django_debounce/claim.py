@@ -44,7 +44,7 @@ from .claim_queries import (
 )
 from .claim_rules import Gate, claimable_jobs, current_gates, shed_reason
 from .codel import apply_codel
-from .core import is_contention
+from .db_errors import is_contention
 from .lifecycle import shed
 from .models import Job
 from .outcomes import expire_jobs
@@ -99,7 +99,7 @@ def claim_jobs(
     Raises:
         OperationalError: the claim lost a deadlock or a lock wait and was
             rolled back whole, nothing claimed
-            (:func:`~django_debounce.core.is_contention`; claiming again is safe),
+            (:func:`~django_debounce.db_errors.is_contention`; claiming again is safe),
             or the database is unreachable.
         ConfigurationError: ``DEBOUNCE_QUEUES`` is invalid.
     """
@@ -125,7 +125,7 @@ def claim_batch(
     :attr:`ClaimedBatch.started_before`); otherwise call :func:`claim_jobs`.
 
     ``attempts`` (≥ 1) is how many claims to make in a row when each loses a
-    deadlock or a lock wait (:func:`~django_debounce.core.is_contention`, as on
+    deadlock or a lock wait (:func:`~django_debounce.db_errors.is_contention`, as on
     the enqueue side, §4.4: e.g. MariaDB's deadlock 1213), which rolled the
     claim back whole: the next one is made at once, later ones after a short
     random pause, each logged at DEBUG (action ``claim_retry``). Inside a

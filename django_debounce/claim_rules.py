@@ -38,7 +38,7 @@ from .models import Job, JobDependency, TaskState
 from .throttle import EPSILON, TokenBucket, bucket_for
 
 if TYPE_CHECKING:
-    from .tasks import TaskOptions
+    from .options import TaskOptions
 
 Status = Job.Status
 

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
@@ -355,9 +356,7 @@ _DECODERS: dict[str, Any] = {
 }
 
 
-def encode_call(
-    args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]
-) -> tuple[list[Any], dict[str, Any]]:
+def encode_call(args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
     """Return the stored ``(args, kwargs)`` of a call, raising :class:`PayloadError` first.
 
     Every limit of the module docstring is checked in this one walk, the size

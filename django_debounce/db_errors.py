@@ -4,7 +4,8 @@ The worker retries an outcome write through a dropped connection or a lock
 wait, but not through a refusal of the data, which every attempt would meet
 again. :func:`is_transient` tells the two apart by the driver's error code,
 not by its message (a server may word its messages in another language).
-Lock contention at enqueue and claim is :func:`django_debounce.core.is_contention`.
+Lock contention at enqueue and claim (a lost race or a lock wait, worth another try)
+is :func:`is_contention`.
 :func:`retry_transient` runs a write and retries it through transient errors.
 """
 
@@ -16,7 +17,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TypeVar
 
-from django.db import InterfaceError, OperationalError, connections, transaction
+from django.db import IntegrityError, InterfaceError, OperationalError, connections, transaction
 
 #: The worker's documented logger (docs/reference/commands.md): the retry lines keep its name.
 logger = logging.getLogger("django_debounce.worker")
@@ -107,3 +108,32 @@ __all__ = [
     "is_transient",
     "retry_transient",
 ]
+
+
+#: SQLSTATEs of lock contention on PostgreSQL: serialization failure, deadlock, lock timeout.
+CONTENTION_SQLSTATES = frozenset({"40001", "40P01", "55P03"})
+#: MySQL/MariaDB error codes of lock contention: lock wait timeout (1205), deadlock (1213).
+CONTENTION_MYSQL_CODES = frozenset({1205, 1213})
+
+
+def is_contention(exc: Exception) -> bool:
+    """Return True when ``exc`` means "lost a race or waited on a lock" (§4.4), so a retry can help.
+
+    A unique violation on the open-window or unique-lock column (a racing
+    producer inserted first), SQLite's "database is locked", PostgreSQL's
+    serialization failures, deadlocks and lock timeouts, and MySQL/MariaDB's
+    lock wait timeouts (1205) and deadlocks (1213), by their error codes (the
+    server may word its messages in another language). Anything else (a
+    missing table, a failed check constraint) is a real error and is raised.
+    """
+    cause = exc.__cause__
+    sqlstate = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
+    text = str(exc)
+    if isinstance(exc, IntegrityError):
+        return "window_key" in text or "unique_lock" in text
+    code = exc.args[0] if exc.args else None
+    if isinstance(code, int) and not isinstance(code, bool):  # MySQL/MariaDB: (code, message)
+        return code in CONTENTION_MYSQL_CODES
+    if sqlstate is not None:
+        return sqlstate in CONTENTION_SQLSTATES
+    return "locked" in text or "busy" in text or "deadlock" in text.lower()

@@ -14,7 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from .codec import decode_call
-from .core import enqueue
+from .enqueueing import enqueue
 from .models import DeadLetter, Job
 
 

@@ -1,18 +1,52 @@
-"""The process-wide task registry: task name -> :class:`~django_debounce.tasks.Task`."""
+"""The process-wide task registry: task name -> the registered task.
+
+The registry knows a task only through :class:`RegisteredTask` (what the
+enqueue path and the worker read), so it imports nothing above
+:mod:`django_debounce.options`; :class:`~django_debounce.tasks.Task` fits it.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .exceptions import ConfigurationError, UnknownTaskError
 
 if TYPE_CHECKING:
-    from .tasks import Task
+    import inspect
 
-_tasks: dict[str, Task[Any, Any]] = {}
+    from .options import TaskOptions
 
 
-def _same_function(a: Any, b: Any) -> bool:
+class RegisteredTask(Protocol):
+    """What the registry holds for a task name (a :class:`~django_debounce.tasks.Task`)."""
+
+    @property
+    def name(self) -> str:
+        """The registered name (``Job.task_name``)."""
+
+    @property
+    def func(self) -> Callable[..., Any]:
+        """The user's function: any arguments, any result (with ``takes_context``, the context first)."""
+
+    @property
+    def options(self) -> TaskOptions:
+        """The task's validated options."""
+
+    @property
+    def signature(self) -> inspect.Signature:
+        """The signature key templates bind against (§3)."""
+
+    @property
+    def is_async(self) -> bool:
+        """True for an ``async def`` function."""
+
+
+_tasks: dict[str, RegisteredTask] = {}
+
+
+def _same_function(a: Callable[..., object], b: Callable[..., object]) -> bool:
+    """True for one function, or the same definition imported twice (same file and line)."""
     return bool(
         a is b
         or (
@@ -26,7 +60,7 @@ def _same_function(a: Any, b: Any) -> bool:
     )
 
 
-def register(task: Task[Any, Any]) -> None:
+def register(task: RegisteredTask) -> None:
     """Register ``task`` under ``task.name``.
 
     Re-registering the same function (a module imported twice) replaces the
@@ -45,7 +79,7 @@ def register(task: Task[Any, Any]) -> None:
     _tasks[task.name] = task
 
 
-def get_task(name: str) -> Task[Any, Any]:
+def get_task(name: str) -> RegisteredTask:
     """Return the task registered under ``name``.
 
     Raises:
@@ -57,7 +91,7 @@ def get_task(name: str) -> Task[Any, Any]:
         raise UnknownTaskError(f"no task named {name!r} is registered in this process") from None
 
 
-def lookup(name: str) -> Task[Any, Any] | None:
+def lookup(name: str) -> RegisteredTask | None:
     """Return the task registered under ``name``, or ``None``."""
     return _tasks.get(name)
 
@@ -67,6 +101,6 @@ def unregister(name: str) -> None:
     _tasks.pop(name, None)
 
 
-def all_tasks() -> dict[str, Task[Any, Any]]:
+def all_tasks() -> dict[str, RegisteredTask]:
     """Return a copy of the registry."""
     return dict(_tasks)

@@ -7,7 +7,7 @@ that moment (the claim sets ``window_key`` to NULL) no longer conflicts once
 the claim commits, so the statement inserts a fresh window behind it (§4.5).
 One round trip instead of four, which is what keeps enqueue close to a raw
 driver's speed. Payload merges (§4.8), coalescing and other databases use the
-ORM path in :mod:`django_debounce.core`.
+ORM path in :mod:`django_debounce.enqueueing`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from . import compiled
 from .models import Job
 
 if TYPE_CHECKING:
-    from .core import Plan
+    from .options import Plan
 
 #: Vendors whose SQL has ``ON CONFLICT … DO UPDATE … RETURNING``.
 VENDORS = frozenset({"postgresql", "sqlite"})

@@ -20,7 +20,7 @@ from django.db import DEFAULT_DB_ALIAS, OperationalError, connection, connection
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
-from django_debounce.core import is_contention
+from django_debounce.db_errors import is_contention
 from django_debounce.models import Job, JobDependency
 from tests.factories import JobFactory
 from tests.procs import WorkerThread, wait_for, waiting_on_a_lock

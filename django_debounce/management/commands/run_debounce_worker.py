@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from django_debounce.exceptions import ConfigurationError
 from django_debounce.management.arguments import positive_float, positive_int
-from django_debounce.tasks import check_queue
+from django_debounce.validators import check_queue
 from django_debounce.worker import Worker
 
 

@@ -1,0 +1,184 @@
+"""Checks of single option values, shared by declarations, calls and commands (contract §2, §6).
+
+Each returns the value it accepts or raises
+:class:`~django_debounce.exceptions.ConfigurationError` naming it; none runs SQL.
+:mod:`django_debounce.options` decides which of them run, and in what order.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+from . import codec
+from .breaker import CircuitBreaker
+from .conf import settings
+from .durations import parse_duration
+from .exceptions import ConfigurationError, PayloadError
+from .rates import parse_rate
+
+#: Longest task name (``Job.task_name`` is a ``CharField(max_length=255)``).
+MAX_TASK_NAME_LENGTH = 255
+
+
+def check_duration(value: object, name: str) -> timedelta:
+    """Return an option's ``value`` as a duration, e.g. ``"5m"`` (§2); see :func:`parse_duration`.
+
+    Raises:
+        ConfigurationError: not a duration, not positive, or over 100 years.
+    """
+    return parse_duration(value, name=name)  # type: ignore[arg-type]  # checked by the parse
+
+
+def check_priority(priority: object) -> int:
+    """Return ``priority`` if it is an int in -100..100, else raise ``ConfigurationError``."""
+    if isinstance(priority, bool) or not isinstance(priority, int) or not -100 <= priority <= 100:
+        raise ConfigurationError(
+            f"priority={priority!r} is out of range: give an integer from -100 to 100 "
+            "(higher runs first, default 0)."
+        )
+    return priority
+
+
+def check_queue(queue: object) -> str:
+    """Return ``queue`` if it is a non-empty name of at most 100 characters.
+
+    Raises:
+        ConfigurationError: not a ``str``, empty, longer than the column's 100
+            characters, surrounding spaces, or text no database can store (NUL,
+            a lone surrogate).
+    """
+    if (
+        not isinstance(queue, str)
+        or not queue
+        or len(queue) > 100
+        or queue != queue.strip()
+        or not codec.is_storable_text(queue)
+    ):
+        raise ConfigurationError(
+            f"queue={queue!r} must be a non-empty str of at most 100 characters, without "
+            "surrounding spaces, NUL characters or lone surrogates."
+        )
+    return queue
+
+
+def check_task_name(task_name: object) -> str:
+    """Return ``task_name`` if it fits ``Job.task_name`` on every database.
+
+    Checked when a task is declared and when ``enqueue("name", ...)`` names a
+    task this process never imported, so a bad name is refused before any SQL.
+
+    Raises:
+        ConfigurationError: not a ``str``, empty, longer than 255 characters,
+            or text no database can store (NUL, a lone surrogate).
+    """
+    if (
+        not isinstance(task_name, str)
+        or not task_name
+        or len(task_name) > MAX_TASK_NAME_LENGTH
+        or not codec.is_storable_text(task_name)
+    ):
+        shown = repr(task_name)
+        if isinstance(task_name, str) and len(task_name) > 80:
+            shown = f"{task_name[:60]!r}… ({len(task_name)} characters)"
+        raise ConfigurationError(
+            f"task name {shown} must be a non-empty str of at most "
+            f"{MAX_TASK_NAME_LENGTH} characters, without NUL characters or lone surrogates."
+        )
+    return task_name
+
+
+def check_window(window: timedelta, max_wait: timedelta | None, *, where: str) -> timedelta:
+    """Return the max wait in force for ``window``, validating the pair (§2).
+
+    Raises:
+        ConfigurationError: no max wait is given and ``DEBOUNCE_DEFAULT_MAX_WAIT``
+            is unset (an unbounded window starves the job), or the max wait is
+            shorter than the window.
+    """
+    if max_wait is None:
+        default = settings.default_max_wait
+        if default is None:
+            raise ConfigurationError(
+                f"{where}: debounce={window} needs debounce_max_wait= (or the "
+                "DEBOUNCE_DEFAULT_MAX_WAIT setting): without a ceiling a steady stream of calls "
+                "would push the run back forever."
+            )
+        max_wait = parse_duration(default, name="DEBOUNCE_DEFAULT_MAX_WAIT")
+    if max_wait < window:
+        raise ConfigurationError(
+            f"{where}: debounce_max_wait={max_wait} is shorter than the window debounce={window}; "
+            "the max wait must be at least the window."
+        )
+    return max_wait
+
+
+def check_flow_control(
+    where: str,
+    rate_limit: object,
+    burst: object,
+    concurrency: object,
+    breaker: object,
+) -> None:
+    """Check a task's ``rate_limit``, ``rate_limit_burst``, ``concurrency`` and ``circuit_breaker`` (§6, §11).
+
+    Raises:
+        ConfigurationError: ``rate_limit`` is not ``"N/period"``;
+            ``rate_limit_burst`` is given without ``rate_limit`` or is not an
+            int ≥ 1; ``concurrency`` is not an int ≥ 1; ``circuit_breaker`` is
+            not a :class:`~django_debounce.CircuitBreaker`.
+    """
+    if rate_limit is not None:
+        if not isinstance(rate_limit, str):
+            raise ConfigurationError(
+                f"{where}: rate_limit={rate_limit!r} must be a str 'N/period', e.g. '10/s', "
+                "'100/m', '5/10s'."
+            )
+        parse_rate(rate_limit)
+    if burst is not None:
+        if rate_limit is None:
+            raise ConfigurationError(
+                f"{where}: rate_limit_burst= sizes the bucket of a rate_limit=; give rate_limit= "
+                "too, or drop rate_limit_burst=."
+            )
+        if isinstance(burst, bool) or not isinstance(burst, int) or burst < 1:
+            raise ConfigurationError(
+                f"{where}: rate_limit_burst={burst!r} must be an int >= 1 (the most "
+                "jobs that may start at once; default: the N of rate_limit='N/period')."
+            )
+    if concurrency is not None and (
+        isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
+    ):
+        raise ConfigurationError(
+            f"{where}: concurrency={concurrency!r} must be an int >= 1 (the most jobs of this "
+            "task running at once across the deployment), or None for no cap."
+        )
+    if breaker is not None and not isinstance(breaker, CircuitBreaker):
+        raise ConfigurationError(
+            f"{where}: circuit_breaker={breaker!r} must be a "
+            "django_debounce.CircuitBreaker(failures=5, reset='1m')."
+        )
+
+
+def check_metadata(metadata: dict[str, object], where: str) -> None:
+    """Refuse ``metadata`` a database would refuse or change, before any SQL runs.
+
+    Plain JSON (str keys, finite floats) under the codec's limits on text, ints
+    and depth, and a JSON text of at most ``DEBOUNCE_MAX_PAYLOAD_BYTES``.
+
+    Raises:
+        ConfigurationError: naming what is wrong and where.
+    """
+    try:
+        codec.check_json(metadata, path="metadata")
+    except PayloadError as exc:
+        raise ConfigurationError(
+            f"{where}: metadata must be plain JSON that every database stores: {exc}"
+        ) from exc
+    size = len(json.dumps(metadata))
+    if size > settings.max_payload_bytes:
+        raise ConfigurationError(
+            f"{where}: metadata is {size:,} bytes of JSON; the limit is "
+            f"{settings.max_payload_bytes:,} (DEBOUNCE_MAX_PAYLOAD_BYTES). Keep metadata to "
+            "a few labels; store bulk data elsewhere."
+        )
