@@ -19,7 +19,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from django_debounce.admin_helpers import CappedCountPaginator, format_countdown
+from django_debounce.admin.helpers import CappedCountPaginator, format_countdown
 from django_debounce.keys import window_hash
 from django_debounce.models import DeadLetter, Job, JobDependency
 from tests.conftest import T
@@ -450,7 +450,7 @@ def test_csrf_is_enforced(django_user_model):
 
 
 def test_too_many_selected_is_refused(admin_client, monkeypatch):
-    monkeypatch.setattr("django_debounce.admin.MAX_ACTION_ROWS", 2)
+    monkeypatch.setattr("django_debounce.admin.base.MAX_ACTION_ROWS", 2)
     letters = DeadLetterFactory.create_batch(3)
     response = retry_post(admin_client, *(d.pk for d in letters))
     assert messages_of(response) == ["Select at most 2 rows per action; nothing was done."]

@@ -4,7 +4,7 @@
  * shows "in 4 m 12 s" (or "due now", "overdue by 3 s"); the server renders the first text, so
  * the page works without JavaScript. The server's clock is the reference: the offset between
  * data-now and the browser's clock at load is applied, so a skewed browser clock shows the
- * same countdown. The format matches django_debounce.admin.format_countdown.
+ * same countdown. The format matches django_debounce.admin.helpers.format_countdown.
  */
 "use strict";
 (function () {

@@ -1,6 +1,6 @@
 """Building blocks of the admin (:mod:`django_debounce.admin`): paginator, filters, display.
 
-Kept apart so ``admin.py`` holds only the ModelAdmins. Nothing here writes.
+Kept apart so the page modules hold only the ModelAdmins. Nothing here writes.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 
-from . import keys, registry
-from .conf import settings as debounce_settings
-from .job_ids import is_storable_id
-from .models import DeadLetter
+from .. import keys, registry
+from ..conf import settings as debounce_settings
+from ..job_ids import is_storable_id
+from ..models import DeadLetter
 
 #: A changelist counts at most this many matching rows (then shows "more than …").
 COUNT_CAP = 10_000
