@@ -407,9 +407,9 @@ def test_b32_claims_right_rows_in_big_table(clock, burst):
         cursor.execute(
             """
             INSERT INTO django_debounce_deadletter (job_id, task_name, queue, args, kwargs,
-                reason, metadata, error, traceback, created_at, retry_depth)
+                reason, kind, metadata, error, traceback, created_at, retry_depth)
             SELECT id, task_name, queue, args, kwargs, 'failed: 1 attempt(s); ValueError: old',
-                '{"attempts": 1}'::jsonb, error, '', finished_at, 0
+                'failure', '{"attempts": 1}'::jsonb, error, '', finished_at, 0
             FROM django_debounce_job WHERE status = 'FAILED'
             """
         )
