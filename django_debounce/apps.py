@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import importlib.util
 from typing import TYPE_CHECKING
 
 from django.apps import AppConfig
 from django.utils.module_loading import autodiscover_modules
 
 from .checks import register_checks
+from .conf import settings
+from .exceptions import ConfigurationError
 
 if TYPE_CHECKING:
     from .models import DeadLetter, Job
 
 
 class DjangoDebounceConfig(AppConfig):
-    """Registers the system checks and imports every installed app's ``tasks`` module."""
+    """Registers the system checks, imports every installed app's ``tasks`` module, connects metrics."""
 
     name = "django_debounce"
     label = "django_debounce"
@@ -24,6 +27,10 @@ class DjangoDebounceConfig(AppConfig):
     def ready(self) -> None:
         register_checks()
         autodiscover_modules("tasks")
+        if _metrics_wanted():
+            from .metrics import install
+
+            install()
 
     def retry_dead_letter(self, letter: DeadLetter, *, force: bool) -> Job | None:
         """Retry ``letter``: what :meth:`.DeadLetter.retry` delegates to (decision 69).
@@ -35,3 +42,17 @@ class DjangoDebounceConfig(AppConfig):
         from .dead_letters import retry_dead_letter
 
         return retry_dead_letter(letter, force=force)
+
+
+def _metrics_wanted() -> bool:
+    """True when prometheus_client imports and ``DEBOUNCE_METRICS`` is not False.
+
+    A malformed metrics setting turns metrics off here; ``manage.py check``
+    reports it (E040, E041), and so does the worker's ``--metrics-port``.
+    """
+    try:
+        enabled = settings.metrics
+        settings.metrics_delay_buckets, settings.metrics_duration_buckets  # noqa: B018
+    except ConfigurationError:
+        return False
+    return enabled is not False and importlib.util.find_spec("prometheus_client") is not None

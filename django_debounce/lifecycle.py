@@ -33,6 +33,7 @@ from django.db import DEFAULT_DB_ALIAS, transaction
 from . import compiled
 from .dead_letter_kinds import SHED_KINDS
 from .models import DeadLetter, Job, JobDependency
+from .signals import job_shed, send_signal
 
 logger = logging.getLogger("django_debounce.lifecycle")
 
@@ -209,9 +210,10 @@ def shed(
 ) -> DeadLetter | None:
     """Mark the READY ``job`` SHED, write its dead letter and cancel its dependents (§6, §8).
 
-    Call it inside the claim transaction that holds the job's row lock. No
-    signal is sent (§9: none for a shed). On success ``job``'s fields are
-    updated in place.
+    Call it inside the claim transaction that holds the job's row lock. None
+    of the lifecycle signals is sent (§9: none for a shed); the observation
+    signal ``job_shed`` is sent once the transaction commits (decision 106).
+    On success ``job``'s fields are updated in place.
 
     Args:
         job: the READY job to drop.
@@ -241,6 +243,9 @@ def shed(
         letter = new_dead_letter(job, reason=reason, metadata=metadata, now=now, using=using)
         letter.save(using=using)
         cancel_dependents([job.pk], now=now, using=using)
+        transaction.on_commit(
+            lambda: send_signal(job_shed, job=job, dead_letter=letter), using=using
+        )
     logger.info(
         "shed job %s (%s): %s",
         job.pk,
