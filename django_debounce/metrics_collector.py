@@ -30,11 +30,11 @@ live job, so a series reads 0 instead of vanishing when a backlog drains.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
-from django.db.models import Count, Min, Q
+from django.db.models import Count, Min, Q, QuerySet
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -118,25 +118,25 @@ class DatabaseCollector(Collector):
         rows: dict[tuple[str, str], dict[str, float]] = {}
         for name, task in registry.all_tasks().items():
             rows[(task.options.queue, name)] = {}
-        for row in _ready_rows(now, self.using):
+        for row in ready_query(now, self.using):
             oldest = row.pop("oldest")
             if oldest is not None:
                 row["oldest"] = max(0.0, (now - oldest).total_seconds())
             rows[(row.pop("queue"), row.pop("task_name"))] = row
-        for queue, task_name, running in _running_rows(self.using):
+        for queue, task_name, running in running_query(self.using):
             rows.setdefault((queue, task_name), {})["running"] = running
         for (queue, task_name), values in sorted(rows.items()):
             for key in _JOB_GAUGES:
                 families[key].add_metric([queue, task_name], values.get(key, 0))
-        for task_name, state in _breaker_rows(self.using):
+        for task_name, state in sorted(breaker_query(self.using)):
             open_now = state != TaskState.BreakerState.CLOSED
             families["breakers"].add_metric([task_name], 1 if open_now else 0)
 
 
-def _ready_rows(now: Any, using: str) -> Iterator[dict[str, Any]]:
+def ready_query(now: Any, using: str) -> QuerySet[Job, dict[str, Any]]:
     """One row per (queue, task) with READY jobs: counts, open windows, oldest due ``run_at``."""
     due = Q(run_at__lte=now)
-    return iter(
+    return (
         Job.objects.using(using)
         .ready()
         .values("queue", "task_name")
@@ -150,9 +150,9 @@ def _ready_rows(now: Any, using: str) -> Iterator[dict[str, Any]]:
     )
 
 
-def _running_rows(using: str) -> list[tuple[str, str, int]]:
+def running_query(using: str) -> QuerySet[Job, tuple[str, str, int]]:
     """(queue, task, RUNNING jobs) for each pair with a job in flight."""
-    return list(
+    return (
         Job.objects.using(using)
         .running()
         .values("queue", "task_name")
@@ -162,11 +162,9 @@ def _running_rows(using: str) -> list[tuple[str, str, int]]:
     )
 
 
-def _breaker_rows(using: str) -> list[tuple[str, str]]:
-    """(task, breaker state) of every task with flow-control state."""
-    return list(
-        TaskState.objects.using(using).order_by("task_name").values_list("task_name", "breaker_state")
-    )
+def breaker_query(using: str) -> QuerySet[TaskState, tuple[str, str]]:
+    """(task, breaker state) of every task with flow-control state (one row per gated task)."""
+    return TaskState.objects.using(using).order_by().values_list("task_name", "breaker_state")
 
 
-__all__ = ["DatabaseCollector"]
+__all__ = ["DatabaseCollector", "breaker_query", "ready_query", "running_query"]
