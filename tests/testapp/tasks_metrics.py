@@ -9,13 +9,17 @@ from django_debounce import debounced_task, task
 from .tasks_worker import log
 
 
-@debounced_task(name="met.burst", debounce="10s", debounce_max_wait="60s", queue="metrics")
+@debounced_task(
+    name="met.burst", debounce="10s", debounce_max_wait="60s", debounce_key="{key}", queue="metrics"
+)
 def burst(key: str, n: int = 0) -> str:
     log("met.burst", key)
     return key
 
 
-@debounced_task(name="met.fast", debounce="300ms", debounce_max_wait="1s", queue="metrics")
+@debounced_task(
+    name="met.fast", debounce="300ms", debounce_max_wait="1s", debounce_key="{key}", queue="metrics"
+)
 def fast(key: str, n: int = 0) -> str:
     """A window short enough for a real-time burst in a subprocess test."""
     log("met.fast", key)
