@@ -323,9 +323,7 @@ class Settings:
     def metrics_duration_buckets(self) -> tuple[float, ...]:
         """``DEBOUNCE_METRICS_DURATION_BUCKETS``: bounds of the attempt duration histogram."""
         name = "DEBOUNCE_METRICS_DURATION_BUCKETS"
-        return self._kept(
-            "METRICS_DURATION_BUCKETS", lambda value: parse_buckets(value, name=name)
-        )
+        return self._kept("METRICS_DURATION_BUCKETS", lambda value: parse_buckets(value, name=name))
 
     @property
     def use_tz(self) -> bool:

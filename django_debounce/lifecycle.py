@@ -32,6 +32,7 @@ from django.db import DEFAULT_DB_ALIAS, transaction
 
 from . import compiled
 from .dead_letter_kinds import SHED_KINDS
+from .log_fields import job_fields, jobs_fields
 from .models import DeadLetter, Job, JobDependency
 from .signals import job_shed, send_signal
 
@@ -139,7 +140,7 @@ def cancel_dependents(
             "cancelled %d job(s) whose dependency did not succeed: %s",
             len(cancelled),
             cancelled,
-            extra={"action": "cancel_dependents"},
+            extra=jobs_fields(cancelled, action="cancel_dependents", outcome="cancelled"),
         )
     return cancelled
 
@@ -251,7 +252,7 @@ def shed(
         job.pk,
         job.task_name,
         reason,
-        extra={"action": "shed", "job_id": job.pk},
+        extra=job_fields(job, action="shed", outcome="shed"),
     )
     return letter
 

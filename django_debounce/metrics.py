@@ -38,8 +38,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.utils import timezone
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
-from prometheus_client import multiprocess
+from prometheus_client import (
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    multiprocess,
+    start_http_server,
+)
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
@@ -176,9 +182,7 @@ def on_finished(sender: Any, job: Job, status: str, **kwargs: Any) -> None:
     labels = (job.queue, job.task_name)
     if job.started_at is not None:
         ended = job.finished_at or timezone.now()
-        metrics.duration.labels(*labels).observe(
-            max(0.0, (ended - job.started_at).total_seconds())
-        )
+        metrics.duration.labels(*labels).observe(max(0.0, (ended - job.started_at).total_seconds()))
     if status == Job.Status.READY:
         metrics.retries.labels(*labels).inc()
     else:
@@ -260,7 +264,7 @@ def exposition_registry(*, close_connections: bool = False) -> CollectorRegistry
     """
     registry = CollectorRegistry()
     if multiprocess_dir():
-        multiprocess.MultiProcessCollector(registry)
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
     else:
         registry.register(_DefaultRegistry())
     registry.register(DatabaseCollector(close_connections=close_connections))

@@ -133,7 +133,7 @@ class DatabaseCollector(Collector):
             families["breakers"].add_metric([task_name], 1 if open_now else 0)
 
 
-def ready_query(now: Any, using: str) -> QuerySet[Job, dict[str, Any]]:
+def ready_query(now: Any, using: str) -> QuerySet[Any, Any]:
     """One row per (queue, task) with READY jobs: counts, open windows, oldest due ``run_at``."""
     due = Q(run_at__lte=now)
     return (

@@ -58,7 +58,7 @@ def seed() -> None:
         window_key="w-due",
         key_hash="w-due",
     )
-    for i in range(4):
+    for _ in range(4):
         JobFactory(
             task_name="c.b",
             queue="q2",
