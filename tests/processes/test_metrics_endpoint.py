@@ -158,3 +158,38 @@ def test_two_workers_on_one_host_serve_the_sum_of_their_counts(tmp_path):
     # Each worker process wrote its own file of counts (prometheus_client's multiprocess mode).
     written = {int(path.stem.rsplit("_", 1)[1]) for path in multiproc.glob("counter_*.db")}
     assert pids <= written
+
+
+@pytest.mark.postgres
+def test_a_single_worker_serves_its_own_registry_and_closes_each_scrape_s_connection(tmp_path):
+    """Without PROMETHEUS_MULTIPROC_DIR: the worker's default registry, plus the gauges.
+
+    Each scrape is answered in a new thread of the worker; its database
+    connection is closed when the scrape ends, so scraping never piles up
+    connections (pg_stat_activity shows only the worker's own).
+    """
+    from tests.factories import JobFactory
+    from tests.procs import app_name, pg_backends
+
+    for i in range(5):
+        JobFactory(task_name="met.plain", queue="metrics", args=[f"s{i}"])
+    name = app_name("metrics")
+    env = child_env(DEBOUNCE_TEST_APP_NAME=name)
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    port = free_port()
+    with processes(tmp_path, env) as procs:
+        worker = procs.worker("--queue=metrics", "--poll-interval=0.05", f"--metrics-port={port}")
+        wait_for(lambda: all_finished("met.plain"), timeout=30, what=worker.tail)
+        before = len(pg_backends(name))
+        for _ in range(5):
+            text, got = scrape(port)
+        after = len(pg_backends(name))
+
+    plain = labels("met.plain")
+    assert got[("django_debounce_runs_started_total", plain)] == 5
+    assert (
+        got[("django_debounce_jobs_finished_total", labels("met.plain", status="SUCCESSFUL"))] == 5
+    )
+    assert got[("django_debounce_ready_jobs", plain)] == 0
+    assert "process_cpu_seconds_total" in text  # the process's default registry is served
+    assert after == before, f"{after - before} connection(s) left open by the scrapes"
