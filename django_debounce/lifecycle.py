@@ -34,7 +34,7 @@ from . import compiled
 from .dead_letter_kinds import SHED_KINDS
 from .log_fields import job_fields, jobs_fields
 from .models import DeadLetter, Job, JobDependency
-from .signals import job_shed, send_signal
+from .signals import _job_shed, send_signal
 
 logger = logging.getLogger("django_debounce.lifecycle")
 
@@ -213,7 +213,7 @@ def shed(
 
     Call it inside the claim transaction that holds the job's row lock. None
     of the lifecycle signals is sent (§9: none for a shed); the observation
-    signal ``job_shed`` is sent once the transaction commits (decision 106).
+    signal ``_job_shed`` is sent once the transaction commits (decision 106).
     On success ``job``'s fields are updated in place.
 
     Args:
@@ -245,7 +245,7 @@ def shed(
         letter.save(using=using)
         cancel_dependents([job.pk], now=now, using=using)
         transaction.on_commit(
-            lambda: send_signal(job_shed, job=job, dead_letter=letter), using=using
+            lambda: send_signal(_job_shed, job=job, dead_letter=letter), using=using
         )
     logger.info(
         "shed job %s (%s): %s",

@@ -198,7 +198,7 @@ def on_dead_lettered(sender: Any, job: Job, dead_letter: DeadLetter, **kwargs: A
 
 
 def on_shed(sender: Any, job: Job, dead_letter: DeadLetter, **kwargs: Any) -> None:
-    """Count a shed: a SHED job and its dead letter (``shed`` or ``codel``; ``job_shed``)."""
+    """Count a shed: a SHED job and its dead letter (``shed`` or ``codel``; ``_job_shed``)."""
     if not _on():
         return
     metrics = get_metrics()
@@ -211,7 +211,7 @@ _RECEIVERS = (
     (signals.job_started, on_started),
     (signals.job_finished, on_finished),
     (signals.job_dead_lettered, on_dead_lettered),
-    (signals.job_shed, on_shed),
+    (signals._job_shed, on_shed),
 )
 
 

@@ -10,11 +10,6 @@ All are sent with ``sender=Job`` and keyword arguments:
   after it (``SUCCESSFUL``, ``READY`` for a scheduled retry, ``FAILED``).
 * ``job_dead_lettered(job, dead_letter)``: a dead letter was written. Shed jobs
   send nothing (§6).
-* ``job_shed(job, dead_letter)``: the scheduler dropped a READY job (a rate
-  limit's ``on_excess="drop"`` or CoDel, §6), sent once the claim that shed it
-  committed. An observation signal for metrics and log shipping (decision 106):
-  the lifecycle signals above stay silent for a shed, as §6 and §9 say, so a
-  receiver that alerts on ``job_dead_lettered`` never fires for a planned drop.
 
 A receiver that raises is logged by Django (``django.dispatch`` logger) and
 does not stop the job's lifecycle (:func:`send_signal`).
@@ -31,7 +26,12 @@ job_enqueued = Signal()
 job_started = Signal()
 job_finished = Signal()
 job_dead_lettered = Signal()
-job_shed = Signal()
+
+# Internal, not a public signal: a shed gets no signal (§6, §9). The optional metrics
+# (django_debounce/metrics.py) count sheds through this one; it is sent with
+# ``job`` and ``dead_letter`` once the claim that shed the job committed (decision 106),
+# and may change or go without notice.
+_job_shed = Signal()
 
 
 def send_signal(signal: Signal, **kwargs: Any) -> None:

@@ -103,7 +103,7 @@ def test_sheds_are_counted_by_kind_without_the_lifecycle_signals(
 ):
     for i in range(25):
         flow["flow.rate_drop"].delay(f"d{i:02}")
-    # job_shed is sent when the claim commits: the test's own transaction never does.
+    # _job_shed is sent when the claim commits: the test's own transaction never does.
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         burst()
     assert len(callbacks) == 15
