@@ -34,6 +34,19 @@ INSTALLED_APPS = [
     "tests.testapp",
     "example_project.docs",
 ]
+# Django's tasks framework runs on DebounceBackend (tests/testapp/tasks_django.py):
+# django.tasks on Django 6.0+, the django-tasks backport (test dependency group) on 5.2.
+if django.VERSION < (6, 0):
+    INSTALLED_APPS.append("django_tasks")
+TASKS = {
+    "default": {
+        "BACKEND": os.environ.get(
+            "DEBOUNCE_TEST_TASKS_BACKEND", "django_debounce.backends.DebounceBackend"
+        ),
+        "QUEUES": ["default", "django"],
+        **json.loads(os.environ.get("DEBOUNCE_TEST_TASKS_EXTRA", "{}")),
+    }
+}
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
