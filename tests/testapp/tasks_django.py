@@ -106,3 +106,47 @@ async def async_add(a: int, b: int) -> int:
 @task(expires="1h")
 def expiring(tag: str) -> None:
     _log("dj.expiring", tag, {})
+
+
+# -- the conformance scenarios under a real worker (tests/processes/test_conformance_django_tasks.py)
+
+
+def _run_log(name: str, key: str, payload: dict[str, Any], seconds: float = 0.0) -> None:
+    log = CallLog.objects.create(
+        task=name, key=key, payload=payload, pid=os.getpid(), started_at=timezone.now()
+    )
+    if seconds:
+        time.sleep(seconds)
+    log.finished_at = timezone.now()
+    log.save(update_fields=["finished_at"])
+
+
+@task(debounce="1s", debounce_key="conf:{0}", debounce_max_wait="3s")
+def conf_window(key: str, revision: int) -> int:
+    """Window 1 s, ceiling 3 s; records the payload it ran with."""
+    _run_log("dj.conf_window", key, {"revision": revision})
+    return revision
+
+
+@task(
+    debounce="1s", debounce_key="conf-latest:{0}", debounce_max_wait="3s",
+    debounce_replace_payload=True,
+)
+def conf_latest(key: str, revision: int) -> int:
+    """As ``conf_window``, running with the newest call's payload."""
+    _run_log("dj.conf_latest", key, {"revision": revision})
+    return revision
+
+
+@task(debounce="300ms", debounce_key="conf-slow:{0}", debounce_max_wait="5s")
+def conf_slow(key: str, revision: int, seconds: float) -> int:
+    """A short window and a run that takes ``seconds``."""
+    _run_log("dj.conf_slow", key, {"revision": revision}, seconds)
+    return revision
+
+
+@task(max_retries=1, min_backoff="500ms", max_backoff="500ms")
+def conf_fails(key: str) -> None:
+    """Raise on every run: one retry, then a dead letter."""
+    _run_log("dj.conf_fails", key, {})
+    raise RuntimeError(f"conformance failure {key}")
