@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import logging
 from importlib import import_module
+from typing import TYPE_CHECKING
 
 from django.apps import AppConfig, apps
 from django.core.exceptions import ImproperlyConfigured
@@ -75,6 +74,8 @@ def import_tasks_modules() -> None:
                 raise
             TASK_MODULE_ERRORS.append((name, str(exc)))
             logger.error(
-                "%s was not imported, so its tasks are not registered: %s", name, exc,
+                "%s was not imported, so its tasks are not registered: %s",
+                name,
+                exc,
                 extra={"action": "tasks_module_error"},
             )

@@ -89,9 +89,9 @@ class DebounceTask(Task):  # type: ignore[type-arg]
 
 
 #: The package's task options a ``DebounceTask`` carries (the fields above).
-TASK_FIELDS = tuple(f.name for f in fields(DebounceTask) if f.name not in {
-    f.name for f in fields(Task)
-})
+TASK_FIELDS = tuple(
+    f.name for f in fields(DebounceTask) if f.name not in {f.name for f in fields(Task)}
+)
 
 
 def _declared_options(task: Task[..., Any]) -> dict[str, object]:
@@ -159,9 +159,7 @@ class DebounceBackend(BaseTaskBackend):
 
     # -- enqueue and results -----------------------------------------------------------
 
-    def enqueue(
-        self, task: Task[Any, Any], args: Any, kwargs: Any
-    ) -> TaskResult[Any, Any]:
+    def enqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any, Any]:
         """Enqueue a call of ``task`` as a job and return it as a ``TaskResult`` (READY).
 
         One write, inside the caller's transaction if there is one (§4.6):
@@ -271,6 +269,4 @@ def _entry(task: Task[..., Any], backend: type[BaseTaskBackend]) -> DjangoTaskEn
     name = check_task_name(task.module_path)
     options = declare(f"task {name!r}", _declared_options(task))
     signature = call_signature(task.func, takes_context=task.takes_context, where=f"task {name!r}")
-    return DjangoTaskEntry(
-        task, name=name, options=options, signature=signature, backend=backend
-    )
+    return DjangoTaskEntry(task, name=name, options=options, signature=signature, backend=backend)

@@ -343,7 +343,7 @@ def check_task_backends(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
                 Error(
                     f"TASKS[{alias!r}] names {path}, but Django's tasks framework is not "
                     "installed.",
-                    hint='Use Django 6.0 or later, or on Django 5.2 pip install '
+                    hint="Use Django 6.0 or later, or on Django 5.2 pip install "
                     '"django-debounce[tasks]" (the django-tasks backport) and add '
                     '"django_tasks" to INSTALLED_APPS.',
                     id="django_debounce.E034",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from importlib.util import find_spec
 from pathlib import Path
 
 import dj_database_url
@@ -36,7 +37,7 @@ INSTALLED_APPS = [
 ]
 # Django's tasks framework runs on DebounceBackend (tests/testapp/tasks_django.py):
 # django.tasks on Django 6.0+, the django-tasks backport (test dependency group) on 5.2.
-if django.VERSION < (6, 0):
+if django.VERSION < (6, 0) and find_spec("django_tasks") is not None:
     INSTALLED_APPS.append("django_tasks")
 TASKS = {
     "default": {

@@ -179,7 +179,7 @@ def test_enqueue_writes_one_job_and_returns_a_ready_result(clock):
     )
     assert job.run_at == T
     with pytest.raises(ValueError, match="not finished"):
-        result.return_value
+        _ = result.return_value
 
 
 def test_queue_and_priority_come_from_the_task_and_using(clock):
@@ -285,7 +285,7 @@ def test_a_failure_retries_then_fails_with_the_error(clock, burst):
     assert final.attempts == 2
     assert final.errors[0].exception_class is ValueError
     with pytest.raises(ValueError, match="Task failed"):
-        final.return_value
+        _ = final.return_value
     assert DeadLetter.objects.filter(job_id=int(result.id)).count() == 1
 
 
@@ -306,9 +306,7 @@ def test_an_async_task_runs(clock, burst):
     assert async_add.get_result(result.id).return_value == 42
 
 
-@pytest.mark.parametrize(
-    ("end", "error"), [(expire, JobExpiredError), (cancel, JobCancelledError)]
-)
+@pytest.mark.parametrize(("end", "error"), [(expire, JobExpiredError), (cancel, JobCancelledError)])
 def test_jobs_that_never_ran_are_failed_results_naming_why(clock, end, error):
     result = expiring.enqueue("e")
     end([int(result.id)], now=T)

@@ -40,8 +40,10 @@ def test_a_django_task_runs_under_the_worker(tmp_path):
     with processes(tmp_path, child_env()) as procs:
         procs.worker("--poll-interval", "0.1", "--worker-id", "dj-worker")
         wait_for(
-            lambda: add.get_result(result.id).status == TaskResultStatus.SUCCESSFUL
-            and with_context.get_result(context.id).is_finished,
+            lambda: (
+                add.get_result(result.id).status == TaskResultStatus.SUCCESSFUL
+                and with_context.get_result(context.id).is_finished
+            ),
             timeout=30,
             what=procs.tails,
         )

@@ -129,7 +129,9 @@ def conf_window(key: str, revision: int) -> int:
 
 
 @task(
-    debounce="1s", debounce_key="conf-latest:{0}", debounce_max_wait="3s",
+    debounce="1s",
+    debounce_key="conf-latest:{0}",
+    debounce_max_wait="3s",
     debounce_replace_payload=True,
 )
 def conf_latest(key: str, revision: int) -> int:
