@@ -87,6 +87,27 @@ class DebounceTask(Task):  # type: ignore[type-arg]
     concurrency: int | None = None
     circuit_breaker: CircuitBreaker | None = None
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> DebounceTask:
+        """Refuse an unknown ``@task`` keyword with the package's error, naming the likely one.
+
+        Raises:
+            ConfigurationError: a keyword that is neither Django's nor a task
+                option (e.g. ``debounce_maxwait``), before anything is registered.
+        """
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            func = kwargs.get("func")
+            where = f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', '?')}"
+            meant = difflib.get_close_matches(unknown[0], sorted(known), n=1)
+            raise ConfigurationError(
+                f"@task of {where}: unknown option(s) {unknown}"
+                + (f"; did you mean {meant[0]!r}?" if meant else ".")
+                + f" Accepted: {', '.join(sorted(known - {'func', 'backend'}))}."
+            )
+        # object.__new__: slots=True makes a new class, which the zero-argument super() misses.
+        return object.__new__(cls)
+
 
 #: The package's task options a ``DebounceTask`` carries (the fields above).
 TASK_FIELDS = tuple(

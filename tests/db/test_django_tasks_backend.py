@@ -141,9 +141,25 @@ def test_a_debounce_without_max_wait_uses_the_setting_as_debounced_task_does(set
         registry.unregister("tests.dj.ref")
 
 
-def test_an_unknown_option_is_a_type_error_naming_it():
-    with pytest.raises(TypeError, match="debounce_maxwait"):
+def test_an_unknown_option_is_a_configuration_error_naming_the_likely_one():
+    with pytest.raises(ConfigurationError) as error:
         task(debounce="1s", debounce_maxwait="1m")(undeclared_b)
+    assert "unknown option(s) ['debounce_maxwait']" in str(error.value)
+    assert "did you mean 'debounce_max_wait'?" in str(error.value)
+    assert registry.lookup("tests.db.test_django_tasks_backend.undeclared_b") is None
+
+
+def test_a_shed_job_is_a_failed_result_with_the_shed_reason(clock):
+    from django_debounce.lifecycle import shed
+    from django_debounce.task_results import JobShedError
+
+    result = expiring.enqueue("s")
+    with transaction.atomic():
+        shed(job_of(result), reason="shed: rate 1/s exceeded", metadata={"shed": True}, now=T)
+    fresh = expiring.get_result(result.id)
+    assert fresh.status == TaskResultStatus.FAILED
+    assert [e.exception_class for e in fresh.errors] == [JobShedError]
+    assert fresh.errors[0].traceback == "shed: rate 1/s exceeded"
 
 
 def test_djangos_own_rules_still_apply():
