@@ -59,7 +59,7 @@ def test_a_django_task_runs_under_the_worker(tmp_path):
     }
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)  # no open write transaction for the child to wait on
 def test_a_mistyped_backend_path_leaves_help_working_and_check_says_what_is_wrong():
     bad = "django_debounce.backend.DebounceBackend"
     helped = manage("help", DEBOUNCE_TEST_TASKS_BACKEND=bad)
@@ -71,7 +71,7 @@ def test_a_mistyped_backend_path_leaves_help_working_and_check_says_what_is_wron
     assert "No module named 'django_debounce.backend'" in checked.stderr
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)  # no open write transaction for the child to wait on
 def test_the_tasks_module_a_bad_path_kept_out_is_recorded_for_e033():
     code = (
         "import django, json; django.setup(); "
@@ -92,7 +92,7 @@ def test_the_tasks_module_a_bad_path_kept_out_is_recorded_for_e033():
     assert "NoSuchBackend" in error
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)  # no open write transaction for the child to wait on
 def test_a_mistyped_option_is_a_system_check_error_and_help_still_runs():
     extra = json.dumps({"OPTIONS": {"debounse": "5s"}})
     helped = manage("help", DEBOUNCE_TEST_TASKS_EXTRA=extra)
