@@ -425,3 +425,12 @@ def test_a_tasks_module_kept_from_importing_is_e033(monkeypatch):
     messages = check_task_backends()
     assert [m.id for m in messages] == ["django_debounce.E033"]
     assert "shop.tasks" in messages[0].msg
+
+
+def test_aenqueue_and_aget_result_work_from_async_code(clock, burst):
+    from asgiref.sync import async_to_sync
+
+    result = async_to_sync(add.aenqueue)(4, 5)
+    assert job_of(result).args == [4, 5]
+    burst()
+    assert async_to_sync(add.aget_result)(result.id).return_value == 9
