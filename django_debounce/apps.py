@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import importlib.util
+import logging
+from importlib import import_module
 from typing import TYPE_CHECKING
 
-from django.apps import AppConfig
-from django.utils.module_loading import autodiscover_modules
+from django.apps import AppConfig, apps
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import module_has_submodule
 
 from .checks import register_checks
 from .conf import settings
 from .exceptions import ConfigurationError
+from .integration_checks import TASK_MODULE_ERRORS
 
 if TYPE_CHECKING:
     from .models import DeadLetter, Job
@@ -26,7 +30,7 @@ class DjangoDebounceConfig(AppConfig):
 
     def ready(self) -> None:
         register_checks()
-        autodiscover_modules("tasks")
+        import_tasks_modules()
         if _metrics_wanted():
             from .metrics import install
 
@@ -56,3 +60,44 @@ def _metrics_wanted() -> bool:
     except ConfigurationError:
         return False
     return enabled is not False and importlib.util.find_spec("prometheus_client") is not None
+
+
+logger = logging.getLogger("django_debounce.apps")
+
+
+def _is_bad_tasks_backend(exc: BaseException) -> bool:
+    """True for Django's ``InvalidTaskBackend`` (or the backport's): ``TASKS`` names no backend."""
+    module = type(exc).__module__
+    return isinstance(exc, ImproperlyConfigured) and module.split(".")[:2] in (
+        ["django", "tasks"],
+        ["django_tasks", "exceptions"],
+    )
+
+
+def import_tasks_modules() -> None:
+    """Import every installed app's ``tasks`` module, as ``autodiscover_modules("tasks")`` does.
+
+    One difference (decision 99): a module whose ``@task`` (Django's) fails
+    because ``TASKS`` names a backend that cannot be loaded is logged and
+    recorded for system check E033 instead of stopping ``django.setup()``,
+    so a typo in ``TASKS`` leaves ``manage.py help``, ``shell`` and the other
+    commands working; Django's own check (and E033) report it. Any other
+    error is raised as before.
+    """
+    TASK_MODULE_ERRORS.clear()
+    for config in apps.get_app_configs():
+        if not module_has_submodule(config.module, "tasks"):
+            continue
+        name = f"{config.name}.tasks"
+        try:
+            import_module(name)
+        except ImproperlyConfigured as exc:
+            if not _is_bad_tasks_backend(exc):
+                raise
+            TASK_MODULE_ERRORS.append((name, str(exc)))
+            logger.error(
+                "%s was not imported, so its tasks are not registered: %s",
+                name,
+                exc,
+                extra={"action": "tasks_module_error"},
+            )

@@ -8,17 +8,16 @@ Importing this module registers nothing: :func:`register_checks` does, from
 from __future__ import annotations
 
 import difflib
-import importlib.util
-import os
 from typing import Any
 
 from django.conf import settings as django_settings
 from django.core.checks import CheckMessage, Error, Warning, register
 from django.db import connections
 
-from .conf import DEFAULTS, parse_auto_retry, parse_max_payload_bytes, parse_queues, settings
+from .conf import DEFAULTS, parse_auto_retry, parse_max_payload_bytes, parse_queues
 from .durations import parse_duration
 from .exceptions import ConfigurationError
+from .integration_checks import check_metrics, check_task_backends
 
 _DURATIONS = {
     "DEFAULT_WINDOW": "E001",
@@ -304,49 +303,6 @@ def _runs_inside(part: list[str], whole: list[str]) -> bool:
     return any(whole[i : i + len(part)] == part for i in range(len(whole) - len(part) + 1))
 
 
-def check_metrics(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """E040–E043: the metrics settings and environment (docs/howto/metrics.md, issue #11).
-
-    E040 ``DEBOUNCE_METRICS`` is not None/True/False; E041 a bucket setting is
-    malformed; E042 ``DEBOUNCE_METRICS = True`` without prometheus_client;
-    E043 ``PROMETHEUS_MULTIPROC_DIR`` names no writable directory (every
-    process would fail at its first metric update).
-    """
-    messages: list[CheckMessage] = []
-    try:
-        enabled = settings.metrics
-    except ConfigurationError as exc:
-        messages.append(Error(str(exc), id="django_debounce.E040"))
-        enabled = None
-    for attr in ("metrics_delay_buckets", "metrics_duration_buckets"):
-        try:
-            getattr(settings, attr)
-        except ConfigurationError as exc:
-            messages.append(Error(str(exc), id="django_debounce.E041"))
-    if enabled is False:
-        return messages
-    if enabled and importlib.util.find_spec("prometheus_client") is None:
-        messages.append(
-            Error(
-                "DEBOUNCE_METRICS = True but prometheus_client is not installed.",
-                hint="pip install 'django-debounce[prometheus]', or set DEBOUNCE_METRICS = None "
-                "(metrics on only when it is installed) or False.",
-                id="django_debounce.E042",
-            )
-        )
-    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
-    if directory and not (os.path.isdir(directory) and os.access(directory, os.W_OK)):
-        messages.append(
-            Error(
-                f"PROMETHEUS_MULTIPROC_DIR={directory!r} is not a writable directory.",
-                hint="Create it (empty) before the processes start, and wipe it at every "
-                "deployment; see docs/howto/metrics.md, 'Several processes on one host'.",
-                id="django_debounce.E043",
-            )
-        )
-    return messages
-
-
 #: Every check of the package, in the order ``manage.py check`` reports them.
 ALL_CHECKS = (
     check_settings,
@@ -359,6 +315,7 @@ ALL_CHECKS = (
     check_backoff_jitter,
     check_metrics,
     check_unknown_settings,
+    check_task_backends,
 )
 
 
