@@ -20,6 +20,7 @@ from django.core.signals import setting_changed
 
 from .durations import DurationLike, parse_duration
 from .exceptions import ConfigurationError
+from .retention_settings import Prune, parse_prune
 
 #: Defaults for every ``DEBOUNCE_*`` setting (documented in docs/reference/settings.md).
 DEFAULTS: dict[str, Any] = {
@@ -45,6 +46,8 @@ DEFAULTS: dict[str, Any] = {
     # Largest JSON text of one job's args + kwargs (and of its metadata, and of a
     # result), in bytes (docs/reference/settings.md; decision 29 in docs/decisions.md).
     "MAX_PAYLOAD_BYTES": 1024 * 1024,
+    # The worker's automatic prune of finished jobs (issue #11; retention_settings.py). None: off.
+    "PRUNE": None,
 }
 
 #: The smallest ``DEBOUNCE_MAX_PAYLOAD_BYTES`` accepted (check E014): 1 KiB.
@@ -280,6 +283,16 @@ class Settings:
             ConfigurationError: the setting is malformed (see :func:`parse_auto_retry`).
         """
         return self._kept("DEAD_LETTER_AUTO_RETRY", parse_auto_retry)
+
+    @property
+    def prune(self) -> Prune | None:
+        """``DEBOUNCE_PRUNE``: the worker's automatic prune of finished jobs; None: off.
+
+        Raises:
+            ConfigurationError: the setting is malformed (see
+                :func:`~django_debounce.retention_settings.parse_prune`).
+        """
+        return self._kept("PRUNE", parse_prune)
 
     @property
     def codel(self) -> dict[str, CodelSettings]:
