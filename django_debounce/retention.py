@@ -179,5 +179,6 @@ def _delete_batch(rows: QuerySet[Job] | QuerySet[DeadLetter], batch_size: int) -
             picked = picked.select_for_update(skip_locked=True, of=("self",))
         ids = list(picked.values_list("pk", flat=True)[:batch_size])
         if ids:
-            rows.model._default_manager.using(using).filter(pk__in=ids).delete()
+            # Only the ids are read back: the collector needs no other column.
+            rows.model._default_manager.using(using).filter(pk__in=ids).only("pk").delete()
     return len(ids)
