@@ -17,6 +17,7 @@ index range, never by the history (issue #11, item 2; decision 111):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -123,7 +124,12 @@ def _windows(jobs: Any, top: int) -> list[dict[str, Any]]:
             "max_run_at": _iso(job.max_run_at),
         }
         for job in windows.only(
-            "task_name", "debounce_key", "queue", "enqueue_count", "opened_at", "run_at",
+            "task_name",
+            "debounce_key",
+            "queue",
+            "enqueue_count",
+            "opened_at",
+            "run_at",
             "max_run_at",
         )
     ]
@@ -255,24 +261,30 @@ def render_status(snapshot: dict[str, Any], *, width: int = 80) -> str:
         out.append(
             f"  {kind:<14} {letters['last_hour'].get(kind, 0):>9,} {letters['last_day'][kind]:>10,}"
         )
-    sections = (
+    sections: tuple[tuple[str, list[dict[str, Any]], Callable[[dict[str, Any]], str]], ...] = (
         (
             "open circuit breakers",
             snapshot["breakers"],
-            lambda b: f"  {_cut(b['task_name'], width - 36):<{width - 36}} {b['state']:<9}"
-            f" probe {_until(b['reset_due_at'], now)}",
+            lambda b: (
+                f"  {_cut(b['task_name'], width - 36):<{width - 36}} {b['state']:<9}"
+                f" probe {_until(b['reset_due_at'], now)}"
+            ),
         ),
         (
             "exhausted token buckets",
             snapshot["buckets"],
-            lambda b: f"  {_cut(b['task_name'], width - 36):<{width - 36}}"
-            f" {b['tokens']:>5.2f}/{b['capacity']:<4} next {_until(b['next_token_at'], now)}",
+            lambda b: (
+                f"  {_cut(b['task_name'], width - 36):<{width - 36}}"
+                f" {b['tokens']:>5.2f}/{b['capacity']:<4} next {_until(b['next_token_at'], now)}"
+            ),
         ),
         (
             "live workers (RUNNING jobs under a live lease)",
             snapshot["workers"],
-            lambda w: f"  {_cut(w['worker_id'], width - 30):<{width - 30}} {w['running']:>4}"
-            f" running, lease {_until(w['lease_expires_at'], now)}",
+            lambda w: (
+                f"  {_cut(w['worker_id'], width - 30):<{width - 30}} {w['running']:>4}"
+                f" running, lease {_until(w['lease_expires_at'], now)}"
+            ),
         ),
     )
     for title, rows, line in sections:

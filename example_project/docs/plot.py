@@ -19,9 +19,11 @@ import bisect
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from django.db.models import F
 
 from django_debounce.models import Job
 
@@ -64,6 +66,27 @@ def busiest_span(times: Sequence[float], span: float) -> tuple[float, float]:
     return best_start, best_start + span
 
 
+def _stretch(times: Sequence[float], span: float) -> tuple[float, float]:
+    """Return the stretch to draw: the most runs forced by the max wait, else the most calls.
+
+    Forced runs are where debouncing is busiest (calls kept coming for a whole max wait),
+    so that stretch shows windows sliding to their ceiling; a stream without any falls
+    back to the stretch with the most calls. The stretch starts an hour before its first
+    forced window opened, so the calls that led to it are in view.
+    """
+    forced = sorted(
+        _stamp(opened)
+        for opened in Job.objects.filter(
+            task_name=rebuild_docs.name, status=Job.Status.SUCCESSFUL, run_at=F("max_run_at")
+        ).values_list("opened_at", flat=True)
+        if opened is not None
+    )
+    if not forced:
+        return busiest_span(times, span)
+    start = busiest_span(forced, span - HOUR)[0] - HOUR
+    return start, start + span
+
+
 def _stamp(value: datetime) -> float:
     return value.timestamp()
 
@@ -82,7 +105,7 @@ def load_matplotlib() -> Any:
 
 
 def draw(
-    events: Sequence[Event], path: Path, *, keys: int = 8, span_hours: float = 48.0
+    events: Sequence[Event], path: Path, *, keys: int = 8, span_hours: float = 24.0
 ) -> PlotInfo:
     """Draw the picture of the replay just run into ``path`` (a PNG).
 
@@ -90,7 +113,7 @@ def draw(
         events: the replayed events, in time order.
         path: the PNG to write.
         keys: how many folders get a timeline (the busiest in the stretch).
-        span_hours: length of the stretch shown (the one with the most calls).
+        span_hours: length of the stretch shown (see :func:`_stretch`).
 
     Raises:
         PlotError: matplotlib is not installed, or there is nothing to draw.
@@ -99,7 +122,7 @@ def draw(
     if not events:
         raise PlotError("no events to draw")
     times = [e.timestamp for e in events]
-    start, end = busiest_span(times, span_hours * HOUR)
+    start, end = _stretch(times, span_hours * HOUR)
     shown = events[bisect.bisect_left(times, start) : bisect.bisect_right(times, end)]
     # A stretch longer than the data ends an hour after its last call, not in empty space.
     end = min(end, shown[-1].timestamp + HOUR)
@@ -111,8 +134,7 @@ def draw(
             status=Job.Status.SUCCESSFUL,
             opened_at__gte=datetime.fromtimestamp(start, UTC),
             opened_at__lte=datetime.fromtimestamp(end, UTC),
-        )
-        .values("debounce_key", "opened_at", "started_at", "run_at", "max_run_at")
+        ).values("debounce_key", "opened_at", "started_at", "run_at", "max_run_at")
     )
     if not runs:
         raise PlotError("no runs to draw: run a --virtual replay first")
@@ -129,8 +151,9 @@ def draw(
         dates.date2num(datetime.fromtimestamp(start, UTC)) - 1 / 96,
         dates.date2num(datetime.fromtimestamp(end, UTC)) + 1 / 96,
     )
-    timeline.set_xlim(*limits)
-    saved.set_xlim(*limits)
+    for axes in (timeline, saved):
+        axes.set_xlim(*limits)
+        _time_axis(axes, dates, (end - start) / HOUR)
     timeline.set_title(
         f"The {len(top)} busiest folders, {datetime.fromtimestamp(start, UTC):%Y-%m-%d %H:%M}"
         f" to {datetime.fromtimestamp(end, UTC):%Y-%m-%d %H:%M} UTC: each tick a call, each bar"
@@ -156,7 +179,9 @@ def draw(
     )
 
 
-def _timelines(axes: Any, dates: Any, shown: Sequence[Event], runs: list[dict[str, Any]], top: list[str]) -> None:
+def _timelines(
+    axes: Any, dates: Any, shown: Sequence[Event], runs: list[dict[str, Any]], top: list[str]
+) -> None:
     """One row per folder: call ticks, window bars, run markers."""
     row = {key: len(top) - 1 - index for index, key in enumerate(top)}  # busiest on top
     for key in top:
@@ -182,18 +207,32 @@ def _timelines(axes: Any, dates: Any, shown: Sequence[Event], runs: list[dict[st
         )
         (forced_x if forced else quiet_x).append(ran)
         (forced_y if forced else quiet_y).append(row[key] - 0.08)
-    axes.plot(quiet_x, quiet_y, "o", color="#1f77b4", markersize=4, label="run after a quiet window")
-    axes.plot(forced_x, forced_y, "v", color="#d62728", markersize=7, label="run forced by the max wait")
+    axes.plot(
+        quiet_x, quiet_y, "o", color="#1f77b4", markersize=4, label="run after a quiet window"
+    )
+    axes.plot(
+        forced_x, forced_y, "v", color="#d62728", markersize=7, label="run forced by the max wait"
+    )
     axes.plot([], [], "|", color="#333333", markersize=9, label="call (one changed file)")
     axes.set_yticks(range(len(top)), [_label(key) for key in reversed(top)], fontsize=9)
     axes.set_ylim(-0.7, len(top) - 0.3)
-    axes.xaxis.set_major_formatter(dates.DateFormatter("%b %d\n%H:%M"))
     axes.tick_params(axis="x", labelsize=9)
     axes.grid(axis="x", alpha=0.3)
     axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncols=3, fontsize=9, frameon=False)
 
 
-def _label(key: str, width: int = 28) -> str:
+def _time_axis(axes: Any, dates: Any, hours: float) -> None:
+    """Ticks on whole hours (every 1, 2, 3, 6 or 12 h: at most 10) for up to three days."""
+    if hours > 72:
+        locator = dates.AutoDateLocator(maxticks=10)
+    else:
+        step = next(step for step in (1, 2, 3, 6, 12) if hours / step <= 10)
+        locator = dates.HourLocator(byhour=range(0, 24, step))
+    axes.xaxis.set_major_locator(locator)
+    axes.xaxis.set_major_formatter(dates.DateFormatter("%b %d\n%H:%M"))
+
+
+def _label(key: str, width: int = 36) -> str:
     return key if len(key) <= width else "\u2026" + key[-(width - 1) :]
 
 
@@ -218,8 +257,11 @@ def _per_hour(
     axes.bar(
         [x + width for x in left], done, width=width, align="edge", color="#1f77b4", label="runs"
     )
-    axes.set_ylabel("per hour", fontsize=9)
-    axes.xaxis.set_major_formatter(dates.DateFormatter("%b %d\n%H:%M"))
+    # A release commit touches hundreds of files in one hour; a log scale keeps the
+    # ordinary hours (a few calls, a run or two) readable beside it.
+    axes.set_yscale("log")
+    axes.set_ylim(bottom=0.5)  # an hour with one call or one run still shows a bar
+    axes.set_ylabel("per hour (log scale)", fontsize=9)
     axes.tick_params(labelsize=9)
     axes.grid(axis="y", alpha=0.3)
     axes.legend(loc="upper right", fontsize=9)

@@ -96,7 +96,9 @@ def test_dry_run_counts_and_deletes_nothing(clock):
     seed()
     before = Job.objects.count()
     out = io.StringIO()
-    call_command("prune_debounce_jobs", older_than="7d", dry_run=True, dead_letters=True, stdout=out)
+    call_command(
+        "prune_debounce_jobs", older_than="7d", dry_run=True, dead_letters=True, stdout=out
+    )
     assert Job.objects.count() == before
     assert out.getvalue().startswith("would delete 17 finished job(s)")
     assert "and 1 dead letter(s)" in out.getvalue()

@@ -138,8 +138,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--plot-hours",
             type=positive_float,
-            default=48.0,
-            help="--plot: hours shown, the stretch of the trace with the most calls (default 48).",
+            default=24.0,
+            help="--plot: hours shown: the stretch with the most runs forced by the max wait, else the most calls (default 24).",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
