@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import datetime as dt
 import io
+import threading
 from contextlib import contextmanager
 
 import pytest
 from django.core.checks import run_checks
 from django.core.management import CommandError, call_command
 from django.db import connection
+from django.urls import reverse
 
 from django_debounce.conf import settings as debounce_settings
 from django_debounce.exceptions import ConfigurationError
 from django_debounce.models import DeadLetter, Job, JobDependency
 from django_debounce.retention import prune_jobs
 from django_debounce.retention_settings import parse_prune
+from django_debounce.sweep import SweepSchedule
 from tests.conftest import T
 from tests.factories import DeadLetterFactory, JobFactory
 
@@ -158,3 +161,61 @@ def test_prune_setting_parses_and_is_checked(settings):
     settings.DEBOUNCE_PRUNE = {"older_than": "30d"}
     assert [m for m in run_checks() if m.id == "django_debounce.E045"] == []
     assert debounce_settings.prune.older_than == 30 * DAY
+
+
+def test_admin_shows_and_retries_a_dead_letter_whose_job_was_pruned(clock, admin_client):
+    old, keep, letter = seed()
+    prune_jobs(older_than=dt.timedelta(days=7))
+    page = admin_client.get(reverse("admin:django_debounce_deadletter_change", args=[letter.pk]))
+    assert page.status_code == 200
+    listing = admin_client.get(reverse("admin:django_debounce_deadletter_changelist"))
+    assert listing.status_code == 200 and f">{letter.pk}<".encode() in listing.content
+    response = admin_client.post(
+        reverse("admin:django_debounce_deadletter_changelist"),
+        {"action": "retry_selected", "_selected_action": [letter.pk]},
+    )
+    assert response.status_code == 302
+    letter.refresh_from_db()
+    assert letter.job_id is None
+    assert (letter.retry_job.task_name, letter.retry_job.args) == ("tests.noop", [1, 2])
+
+
+def test_schedule_prunes_at_start_then_once_per_every_and_stops_on_shutdown(clock, settings):
+    settings.DEBOUNCE_PRUNE = {"older_than": "7d", "every": "1h", "batch_size": 2}
+    schedule = SweepSchedule()
+    renewals: list[int] = []
+    stopping = threading.Event()
+
+    def run() -> None:
+        schedule.run_if_due(
+            using="default",
+            lease=dt.timedelta(seconds=60),
+            stopping=stopping,
+            renew=lambda: renewals.append(1),
+        )
+
+    seed()
+    stopping.set()  # shutting down: one batch, then stop
+    run()
+    assert (schedule.last_prune.jobs, schedule.last_prune.stopped) == (2, True)
+    stopping.clear()
+    clock(minutes=59)
+    run()  # not due yet: nothing more deleted
+    assert schedule.last_prune.jobs == 2 and Job.objects.count() == 21 - 2
+    clock(minutes=60)
+    run()
+    assert (schedule.last_prune.jobs, schedule.last_prune.stopped) == (15, False)
+    assert schedule.next_prune_at == T + dt.timedelta(hours=2)
+
+
+def test_progress_lines_on_stderr(clock):
+    seed()
+    err = io.StringIO()
+    call_command(
+        "prune_debounce_jobs", older_than="7d", batch_size=10, stdout=io.StringIO(), stderr=err
+    )
+    assert err.getvalue().split("\n") == [
+        "pruned 10 of 17 jobs (59%)",
+        "pruned 17 of 17 jobs (100%)",
+        "",
+    ]

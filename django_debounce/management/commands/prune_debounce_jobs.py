@@ -76,8 +76,8 @@ class Command(BaseCommand):
             using=using,
             progress=progress,
         )
-        if progress is not None:
-            self.stderr.write("")
+        if progress is not None and self.stderr.isatty():
+            self.stderr.write("")  # end the line the progress redrew in place
         verb = "would delete" if dry_run else "deleted"
         line = f"{verb} {result.jobs:,} finished job(s) that finished before {now - older_than:%Y-%m-%d %H:%M:%S %Z}"
         if options["dead_letters"]:
@@ -99,8 +99,11 @@ class Command(BaseCommand):
         def progress(deleted: int) -> bool:
             nonlocal done
             done += deleted
-            share = f" ({100 * done / total:.0f}%)" if total else ""
-            self.stderr.write(f"pruned {done:,} of {total:,} jobs{share}", ending=ending)
+            if done <= total:
+                text = f"pruned {done:,} of {total:,} jobs ({100 * done / total:.0f}%)"
+            else:  # past the jobs counted at the start: the dead letters (--dead-letters)
+                text = f"pruned {total:,} jobs and {done - total:,} dead letter(s)"
+            self.stderr.write(text, ending=ending)
             return True
 
         return progress
