@@ -20,6 +20,7 @@ from django.core.signals import setting_changed
 
 from .durations import DurationLike, parse_duration
 from .exceptions import ConfigurationError
+from .retention_settings import Prune, parse_prune
 
 #: Defaults for every ``DEBOUNCE_*`` setting (documented in docs/reference/settings.md).
 DEFAULTS: dict[str, Any] = {
@@ -50,6 +51,8 @@ DEFAULTS: dict[str, Any] = {
     # Histogram buckets, seconds: window opened -> run started, and one attempt's run.
     "METRICS_DELAY_BUCKETS": (0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600),
     "METRICS_DURATION_BUCKETS": (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+    # The worker's automatic prune of finished jobs (issue #11; retention_settings.py). None: off.
+    "PRUNE": None,
 }
 
 #: The smallest ``DEBOUNCE_MAX_PAYLOAD_BYTES`` accepted (check E014): 1 KiB.
@@ -346,6 +349,16 @@ class Settings:
             ConfigurationError: the setting is malformed (see :func:`parse_auto_retry`).
         """
         return self._kept("DEAD_LETTER_AUTO_RETRY", parse_auto_retry)
+
+    @property
+    def prune(self) -> Prune | None:
+        """``DEBOUNCE_PRUNE``: the worker's automatic prune of finished jobs; None: off.
+
+        Raises:
+            ConfigurationError: the setting is malformed (see
+                :func:`~django_debounce.retention_settings.parse_prune`).
+        """
+        return self._kept("PRUNE", parse_prune)
 
     @property
     def codel(self) -> dict[str, CodelSettings]:
