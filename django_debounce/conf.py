@@ -37,6 +37,10 @@ DEFAULTS: dict[str, Any] = {
     # Worker loop.
     "POLL_INTERVAL": 1.0,
     "SHUTDOWN_GRACE": "30s",
+    # Jobs a busy worker claims beyond its free threads (issue #12; decision 121).
+    "PREFETCH": 20,
+    # Longest a success waits for its batched write, in seconds; 0: write each at once.
+    "SUCCESS_FLUSH_INTERVAL": 0.1,
     # How many times an enqueue retries a lost race or a lock wait (§4.4).
     "ENQUEUE_RETRIES": 20,
     # Per-queue options, e.g. {"default": {"codel": {...}}} (§11).
@@ -239,6 +243,16 @@ class Settings:
     def poll_interval(self) -> float:
         """``DEBOUNCE_POLL_INTERVAL``: seconds between polls of an idle worker (default 1.0)."""
         return self._kept("POLL_INTERVAL", float)
+
+    @property
+    def prefetch(self) -> int:
+        """``DEBOUNCE_PREFETCH``: jobs a busy worker claims beyond its free threads (default 20)."""
+        return self._kept("PREFETCH", int)
+
+    @property
+    def success_flush_interval(self) -> float:
+        """``DEBOUNCE_SUCCESS_FLUSH_INTERVAL``: longest wait of a success for its batched write (default 0.1 s)."""
+        return self._kept("SUCCESS_FLUSH_INTERVAL", float)
 
     @property
     def shutdown_grace(self) -> timedelta:
