@@ -34,7 +34,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import DatabaseError, InterfaceError, connections, models
-from django.db.models import Case, Q, Value, When
+from django.db.models import Q, Value
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from .db_errors import is_transient, retry_transient
@@ -97,8 +98,8 @@ def write_successes(entries: list[PendingSuccess], *, worker_id: str, using: str
     rows = Job.objects.using(using).filter(fence, status=Status.RUNNING, worker_id=worker_id)
     updated = rows.update(
         status=Status.SUCCESSFUL,
-        result=_per_job(entries, "stored", models.JSONField()),
-        finished_at=_per_job(entries, "finished_at", models.DateTimeField()),
+        result=_per_job(entries, "stored", Job._meta.get_field("result"), using),  # type: ignore[arg-type]
+        finished_at=_per_job(entries, "finished_at", Job._meta.get_field("finished_at"), using),  # type: ignore[arg-type]
         lease_expires_at=None,
         unique_lock=None,
     )
@@ -109,18 +110,26 @@ def write_successes(entries: list[PendingSuccess], *, worker_id: str, using: str
     return {pk for pk, at in finished.values_list("pk", "finished_at") if stamps.get(pk) == at}
 
 
-def _per_job(entries: list[PendingSuccess], attr: str, field: models.Field[Any, Any]) -> Any:
-    """Return the value of ``attr`` to write: one shared ``Value``, or a ``CASE`` on the id."""
+def _per_job(
+    entries: list[PendingSuccess], attr: str, field: models.Field[Any, Any], using: str
+) -> Any:
+    """Return the value of ``attr`` to write: one shared ``Value``, or a ``CASE`` on the id.
+
+    The ``CASE`` is written as SQL with the field's own adapted parameters: built
+    through ``When(pk=…)`` it cost ~0.5 ms of Python per job (a ``Q`` resolved per
+    branch), more than the statement saves.
+    """
     values = [getattr(entry, attr) for entry in entries]
     first = values[0]
     if all(value == first and type(value) is type(first) for value in values):
         return Value(first, output_field=field)
-    return Case(
-        *[
-            When(pk=entry.job.pk, then=Value(value, output_field=field))
-            for entry, value in zip(entries, values, strict=True)
-        ],
-        output_field=field,
+    connection = connections[using]
+    params: list[Any] = []
+    for entry, value in zip(entries, values, strict=True):
+        params += [entry.job.pk, field.get_db_prep_save(value, connection)]
+    column = connection.ops.quote_name(str(Job._meta.pk.column))  # type: ignore[union-attr]
+    return RawSQL(
+        f"CASE {column}{' WHEN %s THEN %s' * len(entries)} END", params, output_field=field
     )
 
 
