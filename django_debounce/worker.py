@@ -320,10 +320,12 @@ class Worker(WorkerStop):
                     self._work.put(job)
                 if unblocked:
                     continue
+                # A burst ends on a claim that found nothing, not on one skipped because
+                # enough jobs were held when this round began (they may all have ended since).
                 if (
                     not claimed
                     and not self._in_flight
-                    and (self.burst or self._claim_capacity() == 0)
+                    and ((self.burst and capacity) or self._claim_capacity() == 0)
                 ):
                     return
                 full = bool(claimed) and len(claimed) == capacity

@@ -214,3 +214,13 @@ def test_the_leases_of_prefetched_and_unwritten_jobs_are_renewed(clock):
         Job.objects.filter(pk__in=[j.pk for j in jobs]).values_list("pk", "lease_expires_at")
     )
     assert leases == {job.pk: later + LEASE for job in jobs}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_threaded_burst_with_prefetch_runs_every_job():
+    """Regression: the loop ended the burst when a round that skipped its claim (enough jobs
+    held) found every job finished by the time it looked, with 90 % of the queue left."""
+    jobs = [work.delay(f"t{i}") for i in range(120)]
+    worker = Worker(burst=True, concurrency=4, prefetch=20, handle_signals=False, worker_id="w")
+    assert worker.run() == 120
+    assert Job.objects.filter(pk__in=[j.pk for j in jobs], status=SUCCESSFUL).count() == 120
