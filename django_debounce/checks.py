@@ -251,7 +251,7 @@ def check_drain_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
                 f"DEBOUNCE_PREFETCH={prefetch!r} is not an integer >= 0.",
                 hint=(
                     "It counts the jobs a busy worker claims beyond its free threads, e.g. "
-                    "DEBOUNCE_PREFETCH = 20 (the default); 0 claims only for free threads."
+                    "DEBOUNCE_PREFETCH = 100 (the default); 0 claims only for free threads."
                 ),
                 id="django_debounce.E055",
             )

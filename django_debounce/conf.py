@@ -38,7 +38,7 @@ DEFAULTS: dict[str, Any] = {
     "POLL_INTERVAL": 1.0,
     "SHUTDOWN_GRACE": "30s",
     # Jobs a busy worker claims beyond its free threads (issue #12; decision 121).
-    "PREFETCH": 20,
+    "PREFETCH": 100,
     # Longest a success waits for its batched write, in seconds; 0: write each at once.
     "SUCCESS_FLUSH_INTERVAL": 0.1,
     # How many times an enqueue retries a lost race or a lock wait (§4.4).
@@ -246,7 +246,7 @@ class Settings:
 
     @property
     def prefetch(self) -> int:
-        """``DEBOUNCE_PREFETCH``: jobs a busy worker claims beyond its free threads (default 20)."""
+        """``DEBOUNCE_PREFETCH``: jobs a busy worker claims beyond its free threads (default 100)."""
         return self._kept("PREFETCH", int)
 
     @property

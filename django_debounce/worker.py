@@ -1,12 +1,16 @@
 """The worker: the loop that claims due jobs, runs them and records the outcome (contract §7, §11).
 
 :class:`Worker` takes keyword-only options (the ``run_debounce_worker``
-command only maps its flags onto it). This module is the loop alone: threads,
-lease keeping, signal handling and shutdown. It claims with
+command only maps its flags onto it). This module is the loop alone: claims
+(with a prefetch once the queue is busy, decision 121), threads and lease
+keeping; signals, shutdown and putting claimed jobs back are
+:mod:`django_debounce.worker_stop`. It claims with
 :func:`django_debounce.claim.claim_batch`, runs each job with
-:func:`django_debounce.execution.run_job` (which records the outcome through
-:mod:`django_debounce.outcomes`, fenced on the run, §11) and keeps leases with
-:mod:`django_debounce.leases`. Tasks run outside any transaction.
+:func:`django_debounce.execution.run_job` (which records a failure through
+:mod:`django_debounce.outcomes` at once and hands a plain success to the
+worker's :class:`~django_debounce.outcome_batches.SuccessBatch`, written in
+batches, decision 120; every write fenced on the run, §11) and keeps leases
+with :mod:`django_debounce.leases`. Tasks run outside any transaction.
 """
 
 from __future__ import annotations
@@ -50,6 +54,10 @@ logger = logging.getLogger("django_debounce.worker")
 CLAIM_ATTEMPTS = 5
 
 Status = Job.Status
+
+#: A busy worker claims ahead at most the jobs its threads run in about this many seconds
+#: (by their average run time so far), and never more than ``prefetch`` (decision 121).
+PREFETCH_HORIZON = 0.2
 
 
 class Worker(WorkerStop):
@@ -129,6 +137,7 @@ class Worker(WorkerStop):
         self._next_maintenance = 0.0
         self._sweep_schedule = SweepSchedule()
         self._idle = True
+        self._job_seconds: float | None = None  # moving average of a job's run time
         self._stopping = threading.Event()
         self._signals_seen = 0
         # Set when a job ends or on stop: the loop's wait between polls ends early.
@@ -184,15 +193,28 @@ class Worker(WorkerStop):
         statement serves many jobs.
         """
         held = len(self._in_flight)
-        if self._idle or not self.prefetch:
+        ahead = 0 if self._idle else self._ahead()
+        if not ahead:
             want = self.concurrency - held
-        elif held > self.concurrency + self.prefetch // 2:
+        elif held > self.concurrency + ahead // 2:
             want = 0
         else:
-            want = self.concurrency + self.prefetch - held
+            want = self.concurrency + ahead - held
         if self.max_jobs is None:
             return max(0, want)
         return max(0, min(want, self.max_jobs - self._claimed_total))
+
+    def _ahead(self) -> int:
+        """Return how many jobs to claim ahead: what the threads run in ``PREFETCH_HORIZON``.
+
+        At most ``prefetch``; none before a job of this worker has finished (its
+        run time unknown): a worker of long jobs never hoards jobs that idle
+        workers could start.
+        """
+        seconds = self._job_seconds
+        if seconds is None or not self.prefetch:
+            return 0
+        return min(self.prefetch, int(self.concurrency * PREFETCH_HORIZON / max(seconds, 1e-6)))
 
     def _maintain(self) -> None:
         """Reclaim lapsed leases (at start, then at most once per poll interval)."""
@@ -369,13 +391,20 @@ class Worker(WorkerStop):
     def _process(self, job: Job) -> None:
         with self._lock:
             self.processed += 1
-        run_job(
-            job,
-            worker_id=self.worker_id,
-            using=self.using,
-            retry_for=self.lease,
-            successes=self._successes if self._successes.interval > 0 else None,
-        )
+        began = time.monotonic()
+        try:
+            run_job(
+                job,
+                worker_id=self.worker_id,
+                using=self.using,
+                retry_for=self.lease,
+                successes=self._successes if self._successes.interval > 0 else None,
+            )
+        finally:
+            took = time.monotonic() - began
+            with self._lock:
+                last = self._job_seconds
+                self._job_seconds = took if last is None else 0.9 * last + 0.1 * took
 
     def _succeed(self, job: Job, result: object) -> None:
         """Record a successful run (:func:`~django_debounce.outcomes.record_success`)."""

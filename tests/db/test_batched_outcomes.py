@@ -177,6 +177,7 @@ def test_jobs_claimed_ahead_count_against_the_concurrency_cap(flow, clock):
     plain = [flow["flow.plain"].delay(f"p{i}") for i in range(3)]
     worker = Worker(prefetch=20, handle_signals=False, worker_id="w", lease=LEASE)
     worker._idle = False  # a claim came back full: the next one prefetches
+    worker._job_seconds = 0.001  # jobs took 1 ms so far: 200 fit the horizon, 20 the prefetch
     assert worker._claim_capacity() == 21
     claimed = worker._claim(worker._claim_capacity())
     names = [job.task_name for job in claimed]
@@ -194,6 +195,7 @@ def test_jobs_claimed_ahead_take_their_tokens_at_the_claim(flow, clock):
         flow["flow.rate"].delay(f"r{i}")
     worker = Worker(prefetch=20, handle_signals=False, worker_id="w", lease=LEASE)
     worker._idle = False
+    worker._job_seconds = 0.001
     claimed = worker._claim(worker._claim_capacity())
     assert len(claimed) == 10
     assert claim_jobs(worker_id="x", limit=10, lease=LEASE) == []
@@ -224,3 +226,27 @@ def test_a_threaded_burst_with_prefetch_runs_every_job():
     worker = Worker(burst=True, concurrency=4, prefetch=20, handle_signals=False, worker_id="w")
     assert worker.run() == 120
     assert Job.objects.filter(pk__in=[j.pk for j in jobs], status=SUCCESSFUL).count() == 120
+
+
+@pytest.mark.parametrize(
+    ("job_seconds", "concurrency", "capacity"),
+    [
+        (None, 1, 1),
+        (0.001, 1, 1 + 50),
+        (0.01, 1, 1 + 20),
+        (0.01, 4, 4 + 50),
+        (0.5, 2, 2),
+        (3.0, 1, 1),
+    ],
+    ids=["no-run-yet", "1ms-capped", "10ms", "10ms-C4", "long", "very-long"],
+)
+def test_a_worker_claims_ahead_what_its_threads_run_in_the_horizon(
+    job_seconds, concurrency, capacity
+):
+    """Claimed ahead: concurrency × 0.2 s / the average run time, at most ``prefetch`` (50)."""
+    worker = Worker(prefetch=50, concurrency=concurrency, handle_signals=False, worker_id="w")
+    worker._idle = False
+    worker._job_seconds = job_seconds
+    assert worker._claim_capacity() == capacity
+    worker._idle = True  # the last claim came back short: free threads only
+    assert worker._claim_capacity() == concurrency
