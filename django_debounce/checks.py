@@ -262,6 +262,42 @@ def check_backoff_jitter(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
     return []
 
 
+def check_drain_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """E055: ``DEBOUNCE_PREFETCH`` is an int >= 0; E056: ``DEBOUNCE_SUCCESS_FLUSH_INTERVAL`` a number >= 0."""
+    errors: list[CheckMessage] = []
+    prefetch = _setting("PREFETCH")
+    if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+        errors.append(
+            Error(
+                f"DEBOUNCE_PREFETCH={prefetch!r} is not an integer >= 0.",
+                hint=(
+                    "It counts the jobs a busy worker claims beyond its free threads, e.g. "
+                    "DEBOUNCE_PREFETCH = 100 (the default); 0 claims only for free threads."
+                ),
+                id="django_debounce.E055",
+            )
+        )
+    interval = _setting("SUCCESS_FLUSH_INTERVAL")
+    if (
+        isinstance(interval, bool)
+        or not isinstance(interval, int | float)
+        or not 0 <= interval <= 60
+    ):
+        errors.append(
+            Error(
+                f"DEBOUNCE_SUCCESS_FLUSH_INTERVAL={interval!r} is not a number of seconds "
+                "from 0 to 60.",
+                hint=(
+                    "It is the longest a finished job's success waits for its batched write, "
+                    "e.g. 0.1 (the default); 0 writes each success at once. Keep it well "
+                    "below DEBOUNCE_LEASE."
+                ),
+                id="django_debounce.E056",
+            )
+        )
+    return errors
+
+
 def check_unknown_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """W003: a ``DEBOUNCE_*`` setting the package does not know (most likely a typo).
 
@@ -335,6 +371,7 @@ ALL_CHECKS = (
     check_enqueue_retries,
     check_backoff_jitter,
     check_metrics,
+    check_drain_settings,
     check_unknown_settings,
     check_task_backends,
 )

@@ -10,17 +10,38 @@ that change settings see the new values. Validation lives in
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar
 
 from django.conf import settings as django_settings
 from django.core.signals import setting_changed
 
+from .auto_retry_settings import AUTO_RETRY_DEFAULTS, AutoRetry, parse_auto_retry
 from .durations import DurationLike, parse_duration
 from .exceptions import ConfigurationError
+from .metrics_settings import parse_buckets, parse_metrics_enabled
+from .queue_settings import CODEL_KEYS, QUEUE_KEYS, CodelSettings, parse_queues
 from .retention_settings import Prune, parse_prune
+
+__all__ = [
+    "AUTO_RETRY_DEFAULTS",
+    "CODEL_KEYS",
+    "DEFAULTS",
+    "MIN_PAYLOAD_BYTES",
+    "QUEUE_KEYS",
+    "AutoRetry",
+    "CodelSettings",
+    "Prune",
+    "Settings",
+    "parse_auto_retry",
+    "parse_buckets",
+    "parse_max_payload_bytes",
+    "parse_metrics_enabled",
+    "parse_prune",
+    "parse_queues",
+    "settings",
+]
 
 #: Defaults for every ``DEBOUNCE_*`` setting (documented in docs/reference/settings.md).
 DEFAULTS: dict[str, Any] = {
@@ -38,6 +59,10 @@ DEFAULTS: dict[str, Any] = {
     # Worker loop.
     "POLL_INTERVAL": 1.0,
     "SHUTDOWN_GRACE": "30s",
+    # Jobs a busy worker claims beyond its free threads (issue #12; decision 121).
+    "PREFETCH": 100,
+    # Longest a success waits for its batched write, in seconds; 0: write each at once.
+    "SUCCESS_FLUSH_INTERVAL": 0.1,
     # How many times an enqueue retries a lost race or a lock wait (§4.4).
     "ENQUEUE_RETRIES": 20,
     # Per-queue options, e.g. {"default": {"codel": {...}}} (§11).
@@ -59,95 +84,6 @@ DEFAULTS: dict[str, Any] = {
 MIN_PAYLOAD_BYTES = 1024
 
 
-@dataclass(frozen=True)
-class CodelSettings:
-    """One queue's CoDel parameters (§6, §11; RFC 8289 §4 ``TARGET``/``INTERVAL``).
-
-    Attributes:
-        target: the acceptable standing wait of a job, from its ``run_at`` to
-            its claim (RFC ``TARGET``).
-        interval: how long the wait must stay above ``target`` before the
-            queue starts shedding, and the base of the drop spacing
-            ``interval / sqrt(count)`` (RFC ``INTERVAL``). Longer than ``target``.
-    """
-
-    target: timedelta
-    interval: timedelta
-
-
-#: Keys a ``DEBOUNCE_QUEUES`` entry may hold, and keys of its ``"codel"`` dict.
-QUEUE_KEYS = ("codel",)
-CODEL_KEYS = ("target", "interval")
-
-
-def parse_queues(value: Any) -> dict[str, CodelSettings]:
-    """Validate ``DEBOUNCE_QUEUES`` and return the CoDel settings of each queue that has them.
-
-    Args:
-        value: the setting, e.g. ``{"default": {"codel": {"target": "500ms",
-            "interval": "5s"}}}``: queue name -> options dict. The only option is
-            ``"codel"``: a dict with the durations ``"target"`` and ``"interval"``
-            (both required), or ``None`` for off. ``None`` for the whole setting
-            means no per-queue options.
-
-    Returns:
-        Queue name -> :class:`CodelSettings`, for queues with CoDel on only.
-
-    Raises:
-        ConfigurationError: the setting is not a dict of dicts; a queue name is
-            not a non-empty string; an unknown option key; ``"codel"`` is not a
-            dict, misses ``target``/``interval`` or has other keys; a duration is
-            invalid or not positive; ``target`` is not shorter than ``interval``.
-    """
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ConfigurationError(
-            f"DEBOUNCE_QUEUES={value!r} must be a dict of queue name -> options, e.g. "
-            '{"default": {"codel": {"target": "500ms", "interval": "5s"}}}.'
-        )
-    result: dict[str, CodelSettings] = {}
-    for queue, options in value.items():
-        where = f"DEBOUNCE_QUEUES[{queue!r}]"
-        if not isinstance(queue, str) or not queue or len(queue) > 100:
-            raise ConfigurationError(
-                f"{where}: a queue name must be a non-empty str of at most 100 characters."
-            )
-        if not isinstance(options, Mapping):
-            raise ConfigurationError(
-                f'{where}={options!r} must be a dict of options, e.g. {{"codel": {{...}}}}.'
-            )
-        unknown = sorted(str(key) for key in options if key not in QUEUE_KEYS)
-        if unknown:
-            raise ConfigurationError(
-                f"{where}: unknown option(s) {unknown}; accepted: {', '.join(QUEUE_KEYS)}."
-            )
-        codel = options.get("codel")
-        if codel is None:
-            continue
-        if not isinstance(codel, Mapping):
-            raise ConfigurationError(
-                f'{where}["codel"]={codel!r} must be a dict like '
-                '{"target": "500ms", "interval": "5s"}, or None for off.'
-            )
-        unknown = sorted(str(key) for key in codel if key not in CODEL_KEYS)
-        missing = [key for key in CODEL_KEYS if key not in codel]
-        if unknown or missing:
-            raise ConfigurationError(
-                f'{where}["codel"] needs exactly the keys target and interval '
-                f"(missing: {missing or 'none'}; unknown: {unknown or 'none'})."
-            )
-        target = parse_duration(codel["target"], name=f'{where}["codel"]["target"]')
-        interval = parse_duration(codel["interval"], name=f'{where}["codel"]["interval"]')
-        if target >= interval:
-            raise ConfigurationError(
-                f'{where}["codel"]: target ({target}) must be shorter than interval ({interval}); '
-                "RFC 8289 suggests a target of 5–10% of the interval."
-            )
-        result[queue] = CodelSettings(target=target, interval=interval)
-    return result
-
-
 def parse_max_payload_bytes(value: Any) -> int:
     """Validate ``DEBOUNCE_MAX_PAYLOAD_BYTES`` and return it.
 
@@ -165,50 +101,6 @@ def parse_max_payload_bytes(value: Any) -> int:
             f"{MIN_PAYLOAD_BYTES} (bytes of JSON text), e.g. 1048576 for 1 MiB."
         )
     return value
-
-
-def parse_metrics_enabled(value: Any) -> bool | None:
-    """Validate ``DEBOUNCE_METRICS``: ``None`` (on when prometheus_client imports), True or False.
-
-    Raises:
-        ConfigurationError: anything else (check E040).
-    """
-    if value is not None and not isinstance(value, bool):
-        raise ConfigurationError(
-            f"DEBOUNCE_METRICS={value!r} must be None (metrics on when prometheus_client is "
-            "installed), True (on; the extra django-debounce[prometheus] is required) or False."
-        )
-    return value
-
-
-def parse_buckets(value: Any, *, name: str) -> tuple[float, ...]:
-    """Validate a histogram's bucket bounds: a non-empty sequence of increasing positive seconds.
-
-    Args:
-        value: e.g. ``(0.5, 1, 5)``; ``+Inf`` is added by prometheus_client.
-        name: the setting's name, for the message.
-
-    Raises:
-        ConfigurationError: not a list/tuple of numbers, empty, a bound not
-            positive or not larger than the one before (check E041).
-    """
-    ok = isinstance(value, list | tuple) and bool(value)
-    bounds: list[float] = []
-    if ok:
-        for bound in value:
-            if isinstance(bound, bool) or not isinstance(bound, int | float) or bound <= 0:
-                ok = False
-                break
-            if bounds and bound <= bounds[-1]:
-                ok = False
-                break
-            bounds.append(float(bound))
-    if not ok:
-        raise ConfigurationError(
-            f"{name}={value!r} must be a non-empty list of increasing positive numbers of "
-            "seconds, e.g. [1, 5, 30, 60, 300]."
-        )
-    return tuple(bounds)
 
 
 #: Every parsed value, by setting name, kept until ``setting_changed`` names the setting.
@@ -293,6 +185,16 @@ class Settings:
         return self._kept("POLL_INTERVAL", float)
 
     @property
+    def prefetch(self) -> int:
+        """``DEBOUNCE_PREFETCH``: jobs a busy worker claims beyond its free threads (default 100)."""
+        return self._kept("PREFETCH", int)
+
+    @property
+    def success_flush_interval(self) -> float:
+        """``DEBOUNCE_SUCCESS_FLUSH_INTERVAL``: longest wait of a success for its batched write (default 0.1 s)."""
+        return self._kept("SUCCESS_FLUSH_INTERVAL", float)
+
+    @property
     def shutdown_grace(self) -> timedelta:
         """``DEBOUNCE_SHUTDOWN_GRACE``: how long SIGTERM waits for running jobs (default 30 s)."""
         return self._duration("SHUTDOWN_GRACE")
@@ -370,71 +272,6 @@ class Settings:
             ConfigurationError: the setting is invalid (see :func:`parse_queues`).
         """
         return self._kept("QUEUES", parse_queues)
-
-
-@dataclass(frozen=True)
-class AutoRetry:
-    """The parsed ``DEBOUNCE_DEAD_LETTER_AUTO_RETRY`` setting (§8, §11).
-
-    Attributes:
-        every: how often a worker runs the sweep (at most once per ``every``,
-            plus once at the start of every ``--burst``).
-        min_age: an entry is retried once it is at least this old
-            (``created_at <= now - min_age``).
-        max_retries: how many automatic retries one job's chain of retries
-            gets: an entry is retried while its ``retry_depth`` is below it.
-    """
-
-    every: timedelta
-    min_age: timedelta
-    max_retries: int
-
-
-#: Values of the keys left out of ``DEBOUNCE_DEAD_LETTER_AUTO_RETRY`` (the contract's example, §11).
-AUTO_RETRY_DEFAULTS: dict[str, Any] = {"every": "10m", "min_age": "10m", "max_retries": 3}
-
-
-def parse_auto_retry(value: Any) -> AutoRetry | None:
-    """Parse ``DEBOUNCE_DEAD_LETTER_AUTO_RETRY`` (§11).
-
-    Args:
-        value: ``None`` (the sweep is off), or a dict with any of the keys
-            ``every`` and ``min_age`` (durations, §2) and ``max_retries``
-            (int >= 1); a key left out takes its value from
-            ``{"every": "10m", "min_age": "10m", "max_retries": 3}``.
-
-    Returns:
-        The parsed setting, or ``None`` when the sweep is off.
-
-    Raises:
-        ConfigurationError: not a dict, an unknown key, a duration that does
-            not parse or is not positive, or ``max_retries`` not an int >= 1.
-    """
-    name = "DEBOUNCE_DEAD_LETTER_AUTO_RETRY"
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise ConfigurationError(
-            f"{name}={value!r} must be None (off) or a dict such as "
-            '{"every": "10m", "min_age": "10m", "max_retries": 3}.'
-        )
-    unknown = sorted(set(value) - set(AUTO_RETRY_DEFAULTS), key=str)
-    if unknown:
-        raise ConfigurationError(
-            f"{name} has unknown key(s) {unknown}; the keys are every, min_age and max_retries."
-        )
-    merged = {**AUTO_RETRY_DEFAULTS, **value}
-    retries = merged["max_retries"]
-    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 1:
-        raise ConfigurationError(
-            f'{name}["max_retries"]={retries!r} must be an int >= 1 (automatic retries along '
-            "one job's chain); set the whole setting to None to turn the sweep off."
-        )
-    return AutoRetry(
-        every=parse_duration(merged["every"], name=f'{name}["every"]'),
-        min_age=parse_duration(merged["min_age"], name=f'{name}["min_age"]'),
-        max_retries=retries,
-    )
 
 
 settings = Settings()

@@ -18,13 +18,22 @@ from . import codec, outcomes, registry
 from .context import JobContext
 from .log_fields import job_fields
 from .models import Job
+from .outcome_batches import SuccessBatch
 from .signals import job_started, send_signal
+from .storable import storable_result
 
 #: The worker's documented logger (docs/reference/commands.md): run lines keep its name.
 logger = logging.getLogger("django_debounce.worker")
 
 
-def run_job(job: Job, *, worker_id: str, using: str, retry_for: timedelta | None = None) -> None:
+def run_job(
+    job: Job,
+    *,
+    worker_id: str,
+    using: str,
+    retry_for: timedelta | None = None,
+    successes: SuccessBatch | None = None,
+) -> None:
     """Run the claimed ``job``'s task and record the outcome; never raises for the task's error.
 
     A job whose task is not registered here is buried as ``unknown_task:``
@@ -46,6 +55,11 @@ def run_job(job: Job, *, worker_id: str, using: str, retry_for: timedelta | None
         using: database alias.
         retry_for: how long outcome writes retry through transient database
             errors (default ``DEBOUNCE_LEASE``; the worker passes its lease).
+        successes: where a plain success waits for its batched write
+            (:class:`~django_debounce.outcome_batches.SuccessBatch`; its
+            ``job_finished`` is sent after that write). ``None`` writes it at
+            once. A failure, and a success of a task with a circuit breaker,
+            are always written at once (decision 120).
 
     Raises:
         OperationalError, InterfaceError: the outcome could not be written for
@@ -103,7 +117,12 @@ def run_job(job: Job, *, worker_id: str, using: str, retry_for: timedelta | None
             retry_for=retry_for,
         )
     else:
-        outcomes.record_success(job, result, worker_id=worker_id, using=using, retry_for=retry_for)
+        if successes is not None and task.options.circuit_breaker is None:
+            successes.add(job, storable_result(result), result)
+        else:
+            outcomes.record_success(
+                job, result, worker_id=worker_id, using=using, retry_for=retry_for
+            )
 
 
 __all__ = ["run_job"]

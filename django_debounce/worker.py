@@ -1,12 +1,16 @@
 """The worker: the loop that claims due jobs, runs them and records the outcome (contract §7, §11).
 
 :class:`Worker` takes keyword-only options (the ``run_debounce_worker``
-command only maps its flags onto it). This module is the loop alone: threads,
-lease keeping, signal handling and shutdown. It claims with
+command only maps its flags onto it). This module is the loop alone: claims
+(with a prefetch once the queue is busy, decision 121), threads and lease
+keeping; signals, shutdown and putting claimed jobs back are
+:mod:`django_debounce.worker_stop`. It claims with
 :func:`django_debounce.claim.claim_batch`, runs each job with
-:func:`django_debounce.execution.run_job` (which records the outcome through
-:mod:`django_debounce.outcomes`, fenced on the run, §11) and keeps leases with
-:mod:`django_debounce.leases`. Tasks run outside any transaction.
+:func:`django_debounce.execution.run_job` (which records a failure through
+:mod:`django_debounce.outcomes` at once and hands a plain success to the
+worker's :class:`~django_debounce.outcome_batches.SuccessBatch`, written in
+batches, decision 120; every write fenced on the run, §11) and keeps leases
+with :mod:`django_debounce.leases`. Tasks run outside any transaction.
 """
 
 from __future__ import annotations
@@ -19,9 +23,8 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from datetime import datetime, timedelta
-from types import FrameType
 from typing import Any
 
 from django.db import (
@@ -40,7 +43,9 @@ from .connection_upkeep import close_dropped_connections, upkeep_loop_connection
 from .execution import run_job
 from .lease_keeper import InlineLeaseKeeper
 from .models import Job
+from .outcome_batches import SuccessBatch
 from .sweep import SweepSchedule
+from .worker_stop import WorkerStop
 
 logger = logging.getLogger("django_debounce.worker")
 
@@ -50,8 +55,12 @@ CLAIM_ATTEMPTS = 5
 
 Status = Job.Status
 
+#: A busy worker claims ahead at most the jobs its threads run in about this many seconds
+#: (by their average run time so far), and never more than ``prefetch`` (decision 121).
+PREFETCH_HORIZON = 0.2
 
-class Worker:
+
+class Worker(WorkerStop):
     """Run due jobs until stopped (or, with ``burst``, until none is due).
 
     Args:
@@ -67,6 +76,12 @@ class Worker:
         max_jobs: stop after claiming this many jobs.
         poll_interval: seconds between polls when idle (``DEBOUNCE_POLL_INTERVAL``).
         lease: claim lease (``DEBOUNCE_LEASE``); renewed every third of it.
+        prefetch: jobs claimed beyond the free threads once a claim came back
+            full (``DEBOUNCE_PREFETCH``); they wait RUNNING under a renewed
+            lease and are put back unstarted on a stop (decision 121).
+        success_flush_interval: longest a success waits for its batched write,
+            in seconds (``DEBOUNCE_SUCCESS_FLUSH_INTERVAL``; 0: write at once;
+            :class:`~django_debounce.outcome_batches.SuccessBatch`, decision 120).
         shutdown_grace: how long a stop waits for running jobs (``DEBOUNCE_SHUTDOWN_GRACE``).
         worker_id: identity recorded on claimed jobs (default host:pid:random).
         handle_signals: install SIGTERM/SIGINT handlers (main thread only).
@@ -86,11 +101,21 @@ class Worker:
         worker_id: str | None = None,
         handle_signals: bool = True,
         using: str | None = None,
+        prefetch: int | None = None,
+        success_flush_interval: float | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency={concurrency} must be at least 1")
         if max_jobs is not None and max_jobs < 1:
             raise ValueError(f"max_jobs={max_jobs} must be at least 1")
+        self.prefetch = settings.prefetch if prefetch is None else prefetch
+        if self.prefetch < 0:
+            raise ValueError(f"prefetch={self.prefetch} must be at least 0")
+        flush_every = (
+            settings.success_flush_interval
+            if success_flush_interval is None
+            else success_flush_interval
+        )
         self.queues = sorted(set(queues or ()))
         self.concurrency = concurrency
         self.burst = burst
@@ -103,11 +128,16 @@ class Worker:
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.handle_signals = handle_signals
         self.using = using or router.db_for_write(Job) or DEFAULT_DB_ALIAS
+        # Empty while flush_every is 0: run_job then writes each success at once.
+        self._successes = SuccessBatch(
+            worker_id=self.worker_id, using=self.using, interval=flush_every, retry_for=self.lease
+        )
         self.processed = 0
         self._claimed_total = 0
         self._next_maintenance = 0.0
         self._sweep_schedule = SweepSchedule()
         self._idle = True
+        self._job_seconds: float | None = None  # moving average of a job's run time
         self._stopping = threading.Event()
         self._signals_seen = 0
         # Set when a job ends or on stop: the loop's wait between polls ends early.
@@ -119,25 +149,7 @@ class Worker:
         self._lock = threading.Lock()
         self._loop_used_at = 0.0  # monotonic time the threaded loop last used its connection
 
-    # -- control -----------------------------------------------------------------
-    def stop(self) -> None:
-        """Stop claiming; running jobs finish within the grace period."""
-        self._stopping.set()
-        self._wake.set()
-
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        self._signals_seen += 1
-        if self._signals_seen > 1:
-            logger.warning("second signal %s: exiting now", signum, extra={"action": "abort"})
-            raise SystemExit(1)
-        logger.info(
-            "signal %s: finishing running jobs (grace %ss), claiming no more",
-            signum,
-            self.shutdown_grace.total_seconds(),
-            extra={"action": "shutdown"},
-        )
-        self.stop()
-
+    # -- control (stop, signals, the drain and putting jobs back: WorkerStop) ------
     def run(self) -> int:
         """Run until stopped, ``max_jobs`` reached or (burst) nothing is due; return jobs run."""
         previous: dict[signal.Signals, Any] = {}
@@ -172,19 +184,43 @@ class Worker:
 
     # -- modes -------------------------------------------------------------------
     def _claim_capacity(self) -> int:
-        """Return how many jobs to claim now: free threads, capped by ``max_jobs``."""
-        free = self.concurrency - len(self._in_flight)
+        """Return how many jobs to claim now, capped by ``max_jobs`` (decision 121).
+
+        Free threads only while the queue looks idle (the last claim came back
+        short): a worker waking up takes no more than it can start. Once a
+        claim came back full it also prefetches ``prefetch`` jobs, and claims
+        again only when fewer than half of them are left, so one claim
+        statement serves many jobs.
+        """
+        held = len(self._in_flight)
+        ahead = 0 if self._idle else self._ahead()
+        if not ahead:
+            want = self.concurrency - held
+        elif held > self.concurrency + ahead // 2:
+            want = 0
+        else:
+            want = self.concurrency + ahead - held
         if self.max_jobs is None:
-            return free
-        return max(0, min(free, self.max_jobs - self._claimed_total))
+            return max(0, want)
+        return max(0, min(want, self.max_jobs - self._claimed_total))
+
+    def _ahead(self) -> int:
+        """Return how many jobs to claim ahead: what the threads run in ``PREFETCH_HORIZON``.
+
+        At most ``prefetch``; none before a job of this worker has finished (its
+        run time unknown): a worker of long jobs never hoards jobs that idle
+        workers could start.
+        """
+        seconds = self._job_seconds
+        if seconds is None or not self.prefetch:
+            return 0
+        return min(self.prefetch, int(self.concurrency * PREFETCH_HORIZON / max(seconds, 1e-6)))
 
     def _maintain(self) -> None:
         """Reclaim lapsed leases (at start, then at most once per poll interval)."""
         if time.monotonic() < self._next_maintenance:
             return
-        with self._lock:
-            running = list(self._in_flight)
-        leases.reclaim_expired_leases(using=self.using, exclude_ids=running)
+        leases.reclaim_expired_leases(using=self.using, exclude_ids=self._held_ids())
         self._next_maintenance = time.monotonic() + min(self.poll_interval, 1.0)
         self._sweep()
 
@@ -211,60 +247,43 @@ class Worker:
         self._idle = len(claim.jobs) < limit
         return claim.jobs
 
-    def _may_start(self, job: Job) -> bool:
-        """Return True if the claimed ``job`` starts now; once stopping, put it back (§7).
-
-        Called where a claimed job is handed to :meth:`_process`: a stop that
-        arrived while the job was being claimed, or before a thread took it,
-        leaves it unstarted, so it goes back to READY at once
-        (:meth:`_release`) instead of running into the grace period.
-        """
-        if self._stopping.is_set():
-            self._release([job])
-            return False
-        with self._lock:
-            self._started_before.pop(job.pk, None)
-        return True
-
-    def _release(self, jobs: Sequence[Job]) -> None:
-        """Put claimed, unstarted ``jobs`` back as before their claim (:func:`~django_debounce.leases.release_unstarted`).
-
-        A database error is logged, not raised: the jobs then stay RUNNING until
-        their lease lapses and are run again after it, as after a crash (§7).
-        """
-        with self._lock:
-            before = {job.pk: self._started_before.pop(job.pk, None) for job in jobs}
-        try:
-            leases.release_unstarted(jobs, before, worker_id=self.worker_id, using=self.using)
-        except (DatabaseError, InterfaceError):
-            logger.exception(
-                "could not put back %d claimed job(s) that had not started; they run again "
-                "once their lease lapses",
-                len(jobs),
-                extra={"action": "release_error"},
-            )
-            if not connections[self.using].in_atomic_block:
-                connections[self.using].close()
-
     def _run_inline(self) -> None:
+        """Claim (with prefetch) and run the jobs in this thread; a keeper thread renews leases."""
         with InlineLeaseKeeper(self._renew_leases, self.lease) as keeper:
-            self._maintain()
-            while not self._stopping.is_set() and self._claim_capacity() > 0:
-                jobs = self._claim(1)
-                if not jobs:
-                    return
-                job = jobs[0]
-                if not self._may_start(job):  # stopped during the claim
-                    return
-                self._claimed_total += 1
-                with self._lock:
-                    self._in_flight[job.pk] = job
-                try:
-                    with keeper.running():
-                        self._process(job)
-                finally:
+            try:
+                self._maintain()
+                while not self._stopping.is_set() and (limit := self._claim_capacity()) > 0:
+                    jobs = self._claim(limit)
+                    if not jobs:
+                        if self._successes.flush_pending():
+                            continue
+                        return
+                    self._claimed_total += len(jobs)
                     with self._lock:
-                        self._in_flight.pop(job.pk, None)
+                        self._in_flight.update((job.pk, job) for job in jobs)
+                    with keeper.running():  # from the claim on: prefetched jobs are renewed too
+                        self._run_claimed(jobs)
+            finally:
+                self._successes.flush_or_log()
+
+    def _run_claimed(self, jobs: list[Job]) -> None:
+        """Run the claimed ``jobs`` one after another; on a stop, flush, then put the rest back."""
+        for index, job in enumerate(jobs):
+            if self._stopping.is_set():
+                self._successes.flush_or_log()
+                self._release(jobs[index:])
+                with self._lock:
+                    for rest in jobs[index:]:
+                        self._in_flight.pop(rest.pk, None)
+                return
+            with self._lock:
+                self._started_before.pop(job.pk, None)
+            try:
+                self._process(job)
+            finally:
+                with self._lock:
+                    self._in_flight.pop(job.pk, None)
+            self._successes.flush_if_due()
 
     def _run_threaded(self) -> None:
         threads = [
@@ -280,17 +299,22 @@ class Worker:
         try:
             while not self._stopping.is_set():
                 claimed: list[Job] = []
+                unblocked = False
                 capacity = self._claim_capacity()
                 try:
                     upkeep_loop_connection(
                         self.using, idle=idle, unused_for=time.monotonic() - self._loop_used_at
                     )
                     self._maintain()
-                    if self._in_flight and time.monotonic() >= next_renew:
+                    if self._held_ids() and time.monotonic() >= next_renew:
                         self._renew_leases()
                         next_renew = time.monotonic() + renew_every
+                    self._successes.flush_if_due()
                     if capacity and not self._stopping.is_set():
                         claimed = self._claim(capacity)
+                        # A short claim: successes not written yet may hold back jobs (the next
+                        # of a key, a dependent); write them and claim again at once.
+                        unblocked = len(claimed) < capacity and self._successes.flush_pending()
                     failures = 0
                     self._loop_used_at = time.monotonic()
                 except (DatabaseError, InterfaceError) as exc:
@@ -316,15 +340,23 @@ class Worker:
                     with self._lock:
                         self._in_flight[job.pk] = job
                     self._work.put(job)
+                if unblocked:
+                    continue
+                # A burst ends on a claim that found nothing, not on one skipped because
+                # enough jobs were held when this round began (they may all have ended since).
                 if (
                     not claimed
                     and not self._in_flight
-                    and (self.burst or self._claim_capacity() == 0)
+                    and ((self.burst and capacity) or self._claim_capacity() == 0)
                 ):
                     return
                 full = bool(claimed) and len(claimed) == capacity
                 self._wait(
-                    renew_every if (full or self.burst) else min(self.poll_interval, renew_every)
+                    self._successes.cap_wait(
+                        renew_every
+                        if (full or self.burst)
+                        else min(self.poll_interval, renew_every)
+                    )
                 )
         finally:
             self._drain(threads)
@@ -333,46 +365,6 @@ class Worker:
         """Sleep up to ``timeout`` seconds, waking early when a job finishes or on stop."""
         if self._wake.wait(timeout):
             self._wake.clear()  # one wake-up covers every job that ended meanwhile
-
-    def _drain(self, threads: list[threading.Thread]) -> None:
-        """Wait up to the grace period for running jobs, renewing their leases; stop the threads.
-
-        After a second signal (``SystemExit`` on its way out of the loop) nothing is
-        waited for: that signal means "exit now", wherever in the loop it landed.
-        """
-        deadline = time.monotonic() + self.shutdown_grace.total_seconds()
-        next_renew = time.monotonic() + self.lease.total_seconds() / 3
-        while self._in_flight and time.monotonic() < deadline and self._signals_seen < 2:
-            if self._wake.wait(0.1):
-                self._wake.clear()
-            if self._in_flight and time.monotonic() >= next_renew:
-                try:
-                    self._renew_leases()
-                except (DatabaseError, InterfaceError):
-                    logger.exception("lease renewal failed during shutdown")
-                    # A broken connection stays broken: close it so the next renewal reconnects
-                    # (otherwise every renewal fails, the lease lapses and the job runs twice).
-                    connections[self.using].close()
-                next_renew = time.monotonic() + self.lease.total_seconds() / 3
-        if self._in_flight:
-            logger.warning(
-                "%s with %d job(s) still running; their leases will lapse and "
-                "another worker will run them again",
-                "second signal" if self._signals_seen > 1 else "grace period over",
-                len(self._in_flight),
-                extra={"action": "shutdown_timeout"},
-            )
-        for _ in threads:
-            self._work.put(None)
-        for thread in threads:
-            thread.join(timeout=0.5)
-
-    def _renew_leases(self) -> None:
-        """Renew the leases of the jobs in flight (:func:`~django_debounce.leases.renew_leases`)."""
-        with self._lock:
-            ids = list(self._in_flight)
-        if ids:
-            leases.renew_leases(ids, worker_id=self.worker_id, lease=self.lease, using=self.using)
 
     def _thread_main(self) -> None:
         try:
@@ -399,7 +391,20 @@ class Worker:
     def _process(self, job: Job) -> None:
         with self._lock:
             self.processed += 1
-        run_job(job, worker_id=self.worker_id, using=self.using, retry_for=self.lease)
+        began = time.monotonic()
+        try:
+            run_job(
+                job,
+                worker_id=self.worker_id,
+                using=self.using,
+                retry_for=self.lease,
+                successes=self._successes if self._successes.interval > 0 else None,
+            )
+        finally:
+            took = time.monotonic() - began
+            with self._lock:
+                last = self._job_seconds
+                self._job_seconds = took if last is None else 0.9 * last + 0.1 * took
 
     def _succeed(self, job: Job, result: object) -> None:
         """Record a successful run (:func:`~django_debounce.outcomes.record_success`)."""

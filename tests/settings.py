@@ -109,6 +109,11 @@ if os.environ.get("DEBOUNCE_TEST_CONN_MAX_AGE"):
 DEBOUNCE_LEASE = os.environ.get("DEBOUNCE_TEST_LEASE", "60s")
 if os.environ.get("DEBOUNCE_TEST_SHUTDOWN_GRACE"):
     DEBOUNCE_SHUTDOWN_GRACE = os.environ["DEBOUNCE_TEST_SHUTDOWN_GRACE"]
+# Drain tests (issue #12) set the prefetch and the success flush interval of worker subprocesses.
+if os.environ.get("DEBOUNCE_TEST_PREFETCH"):
+    DEBOUNCE_PREFETCH = int(os.environ["DEBOUNCE_TEST_PREFETCH"])
+if os.environ.get("DEBOUNCE_TEST_SUCCESS_FLUSH_INTERVAL"):
+    DEBOUNCE_SUCCESS_FLUSH_INTERVAL = float(os.environ["DEBOUNCE_TEST_SUCCESS_FLUSH_INTERVAL"])
 DEBOUNCE_MIN_BACKOFF = "5s"
 DEBOUNCE_MAX_BACKOFF = "5m"
 # CoDel tests give worker subprocesses a DEBOUNCE_QUEUES (JSON in the environment).

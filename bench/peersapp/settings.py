@@ -15,3 +15,6 @@ INSTALLED_APPS = [*INSTALLED_APPS, "bench.peersapp"]  # noqa: F405
 if os.environ.get("DEBOUNCE_PEERS_CONN_MAX_AGE"):
     _age = os.environ["DEBOUNCE_PEERS_CONN_MAX_AGE"]
     DATABASES["default"]["CONN_MAX_AGE"] = None if _age == "None" else int(_age)  # noqa: F405
+# bench/drain.py --prefetch: the worker's DEBOUNCE_PREFETCH (issue #12).
+if os.environ.get("DEBOUNCE_PEERS_PREFETCH"):
+    DEBOUNCE_PREFETCH = int(os.environ["DEBOUNCE_PEERS_PREFETCH"])

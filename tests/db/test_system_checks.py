@@ -318,3 +318,39 @@ def test_w003_suggests_only_a_close_name(settings, name, meant):
     assert warnings[0].level == WARNING
     listed = "The settings are listed in docs/reference/settings.md."
     assert warnings[0].hint == (f"Did you mean {meant}? {listed}" if meant else listed)
+
+
+# -- E055, E056: the drain's settings (issue #12) ------------------------------------
+
+
+@pytest.mark.parametrize("value", [-1, 2.5, "20", None, True])
+def test_e055_refuses_a_prefetch_that_is_not_an_int_of_at_least_0(settings, value):
+    settings.DEBOUNCE_PREFETCH = value
+    messages = checks.check_drain_settings()
+    assert [m.id for m in messages] == ["django_debounce.E055"]
+    assert messages[0].level == ERROR
+    assert f"DEBOUNCE_PREFETCH={value!r}" in messages[0].msg
+
+
+@pytest.mark.parametrize("value", [-0.1, 61, "0.1s", None, False])
+def test_e056_refuses_a_flush_interval_outside_0_to_60_seconds(settings, value):
+    settings.DEBOUNCE_SUCCESS_FLUSH_INTERVAL = value
+    messages = checks.check_drain_settings()
+    assert [m.id for m in messages] == ["django_debounce.E056"]
+    assert messages[0].level == ERROR
+    assert "DEBOUNCE_SUCCESS_FLUSH_INTERVAL" in messages[0].msg
+
+
+@pytest.mark.parametrize(("prefetch", "interval"), [(0, 0), (20, 0.1), (500, 60), (1, 1)])
+def test_e055_e056_accept_the_defaults_and_the_bounds(settings, prefetch, interval):
+    settings.DEBOUNCE_PREFETCH = prefetch
+    settings.DEBOUNCE_SUCCESS_FLUSH_INTERVAL = interval
+    assert checks.check_drain_settings() == []
+
+
+@CHECK_COMMAND
+def test_check_command_fails_on_e055(settings):
+    settings.DEBOUNCE_PREFETCH = -5
+    with pytest.raises(SystemCheckError) as raised:
+        call_command("check", stdout=StringIO(), stderr=StringIO())
+    assert "django_debounce.E055" in str(raised.value)

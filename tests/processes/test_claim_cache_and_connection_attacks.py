@@ -479,7 +479,9 @@ def test_conn_max_age_retires_the_loop_connection_while_busy(monkeypatch):
     tags = [f"aged-{i}" for i in range(16)]
     jobs = [log_run.delay(tag, seconds=0.5).pk for tag in tags]
     started = time.monotonic()
-    worker, thread, errors = _run_watched(concurrency=2, poll_interval=0.1, burst=True)
+    # No prefetch: the loop claims for free threads only, so it claims (and uses its
+    # connection) every ~0.25 s; a prefetching loop claims these 16 jobs in two claims.
+    worker, thread, errors = _run_watched(concurrency=2, poll_interval=0.1, burst=True, prefetch=0)
     thread.join(60)
     elapsed = time.monotonic() - started
     assert not thread.is_alive() and not errors, errors
@@ -648,7 +650,9 @@ def test_loop_connection_killed_over_and_over_during_a_drain():
     """The loop's backend is terminated every 10–80 ms while 200 short jobs drain at
     concurrency 4 (kills land in claims, renewals, the reclaim check): every job runs once."""
     tags = [f"storm-{i}" for i in range(200)]
-    jobs = [log_run.delay(tag, seconds=0.05).pk for tag in tags]
+    # 0.1 s jobs: a prefetching loop claims ~20 jobs at a time (issue #12), so the drain must
+    # last ~7 s for the kills (aimed at the backend of its last claim) to land 20 times.
+    jobs = [log_run.delay(tag, seconds=0.15).pk for tag in tags]
     worker, thread, errors = _run_watched(concurrency=4, poll_interval=0.05)
     rng = random.Random(5)
     kills = 0
