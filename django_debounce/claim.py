@@ -48,6 +48,7 @@ from .db_errors import is_contention
 from .lifecycle import shed
 from .models import Job
 from .outcomes import expire_jobs
+from .redis_tokens import TokenLedger
 
 #: The worker's documented logger (docs/reference/commands.md): claim lines keep its name.
 logger = logging.getLogger("django_debounce.worker")
@@ -182,7 +183,9 @@ def _claim_once(
         # cancels its dependents with it) and claims the rest.
     busy: set[str] = set()  # CoDel queues whose state row another claim holds right now
     while True:
-        with transaction.atomic(using=using):
+        # The ledger gives back the Redis tokens (DEBOUNCE_REDIS) of a round that rolls back,
+        # its commit included (decision 101).
+        with TokenLedger() as ledger, transaction.atomic(using=using):
             now = timezone.now()
             shape = ClaimShape(
                 queues=tuple(queues or ()),
@@ -196,7 +199,9 @@ def _claim_once(
                 ),
             )
             if gates:
-                jobs = _take_admitted(shape, gates, limit=limit, now=now, using=using)
+                jobs = _take_admitted(
+                    shape, gates, limit=limit, now=now, using=using, ledger=ledger
+                )
             else:
                 jobs = _take_due(shape, limit=limit, now=now, using=using)
             # CoDel (§6): shed what each queue's control law drops (no query unless a candidate's
@@ -276,6 +281,7 @@ def _take_admitted(
     limit: int,
     now: datetime,
     using: str,
+    ledger: TokenLedger | None = None,
 ) -> list[Job]:
     """Return up to ``limit`` due jobs the flow-control gate admits (§6), in claim order, locked.
 
@@ -290,7 +296,7 @@ def _take_admitted(
     worker's claim still finds every job this one examined but did not take
     (decision 43 in docs/decisions.md).
     """
-    gate = admission.Admission(gates, now=now, using=using)
+    gate = admission.Admission(gates, now=now, using=using, ledger=ledger)
     skip = gate.blocked_names()
     unlocked = ClaimShape(queues=shape.queues, busy=shape.busy, lock="")
     jobs: list[Job] = []

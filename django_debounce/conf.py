@@ -45,6 +45,9 @@ DEFAULTS: dict[str, Any] = {
     # Largest JSON text of one job's args + kwargs (and of its metadata, and of a
     # result), in bytes (docs/reference/settings.md; decision 29 in docs/decisions.md).
     "MAX_PAYLOAD_BYTES": 1024 * 1024,
+    # A django-redis cache alias (a key of CACHES): rate-limit token buckets live in
+    # that Redis (docs/howto/redis.md; decisions 100-104). None: in the database.
+    "REDIS": None,
 }
 
 #: The smallest ``DEBOUNCE_MAX_PAYLOAD_BYTES`` accepted (check E014): 1 KiB.
@@ -159,6 +162,28 @@ def parse_max_payload_bytes(value: Any) -> int:
     return value
 
 
+def parse_redis_alias(value: Any) -> str | None:
+    """Validate ``DEBOUNCE_REDIS`` and return the cache alias it names, or ``None`` (off).
+
+    Args:
+        value: ``None`` (rate-limit buckets stay in the database), or the name
+            of a ``CACHES`` entry served by django-redis, e.g. ``"default"``.
+            Whether the alias exists and uses django-redis is checked by the
+            system checks E036-E039 (they read ``CACHES``; this parser does not).
+
+    Raises:
+        ConfigurationError: not ``None`` and not a non-empty ``str`` (check E035).
+    """
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigurationError(
+            f"DEBOUNCE_REDIS={value!r} must be None (off) or the alias of a django-redis "
+            'cache in CACHES, e.g. DEBOUNCE_REDIS = "default".'
+        )
+    return value
+
+
 #: Every parsed value, by setting name, kept until ``setting_changed`` names the setting.
 _cache: dict[str, Any] = {}
 
@@ -258,6 +283,15 @@ class Settings:
             ConfigurationError: the setting is invalid (see :func:`parse_max_payload_bytes`).
         """
         return self._kept("MAX_PAYLOAD_BYTES", parse_max_payload_bytes)
+
+    @property
+    def redis(self) -> str | None:
+        """``DEBOUNCE_REDIS``: the django-redis cache alias holding rate-limit buckets; None: off.
+
+        Raises:
+            ConfigurationError: the setting is invalid (see :func:`parse_redis_alias`).
+        """
+        return self._kept("REDIS", parse_redis_alias)
 
     @property
     def use_tz(self) -> bool:

@@ -1,0 +1,143 @@
+"""The Redis tokens one claim takes, and how they go back (issue #10 item 2; decision 101).
+
+A claim with ``DEBOUNCE_REDIS`` set takes a token in Redis when it admits a
+job (:class:`ClaimTokens`, used by :class:`~django_debounce.admission.Admission`),
+inside its database transaction, and records each take in a
+:class:`TokenLedger`. Takes of decisions the claim takes back (a job another
+worker locked first) are given back at once; the claim gives back every take
+when its transaction rolls back. Why take before the commit rather than after:
+a take refused after the commit would leave a claimed job without a token, and
+the rate would be exceeded; taking first errs the other way: a process killed
+between the take and its rollback leaves that claim's tokens spent, so the
+bucket runs fewer jobs for a moment, never more.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from .redis_buckets import Level, RedisBuckets, RedisUnavailable, Take, store
+from .throttle import TokenBucket
+
+logger = logging.getLogger("django_debounce.redis")
+
+
+@dataclass
+class TokenLedger:
+    """The tokens one claim transaction took from Redis, to give back if it does not keep them.
+
+    :meth:`take` records each take; :meth:`mark` and :meth:`refund_since`
+    give back the takes of decisions the claim took back; :meth:`refund_all`
+    gives back every take of a claim that rolled back (decision 101).
+    """
+
+    takes: list[tuple[RedisBuckets, str, TokenBucket, int]] = field(default_factory=list)
+
+    def __enter__(self) -> TokenLedger:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        """Give every take back when the block (the claim's transaction) raised."""
+        if exc_type is not None:
+            self.refund_all()
+
+    def take(self, where: RedisBuckets, task_name: str, bucket: TokenBucket, now: datetime) -> Take:
+        """Take one token from ``where`` and remember it (see :meth:`.RedisBuckets.take`)."""
+        took = where.take(task_name, bucket, now)
+        if took.granted:
+            self.takes.append((where, task_name, bucket, took.granted))
+        return took
+
+    def mark(self) -> int:
+        """Return a position for :meth:`refund_since`."""
+        return len(self.takes)
+
+    def refund_since(self, mark: int) -> None:
+        """Give back every take recorded after ``mark``; a failed refund is logged, not raised.
+
+        A token that cannot be given back (Redis went away) stays spent: the
+        bucket errs towards fewer runs.
+        """
+        returned = self.takes[mark:]
+        del self.takes[mark:]
+        totals: dict[tuple[int, str], tuple[RedisBuckets, TokenBucket, int]] = {}
+        for where, name, bucket, count in returned:
+            _, _, seen = totals.get((id(where), name), (where, bucket, 0))
+            totals[(id(where), name)] = (where, bucket, seen + count)
+        for (_, name), (where, bucket, count) in totals.items():
+            try:
+                where.refund(name, bucket, count)
+            except RedisUnavailable:
+                logger.info(
+                    "%d token(s) of %s could not be given back to Redis; they stay spent",
+                    count,
+                    name,
+                    extra={"action": "redis_refund_lost"},
+                )
+
+    def refund_all(self) -> None:
+        """Give back every take recorded (the claim rolled back)."""
+        self.refund_since(0)
+
+
+class ClaimTokens:
+    """The Redis side of one claim's admission (:class:`~.admission.Admission`).
+
+    Args:
+        ledger: the claim's ledger (the claim gives its takes back on rollback).
+        buckets: task name -> bucket, for every rate-limited task the claim may admit.
+
+    ``names`` is the set of task names whose tokens are in Redis for this
+    claim: empty when ``DEBOUNCE_REDIS`` is off or Redis failed lately
+    (:func:`store`), or after :meth:`read_levels` found Redis failing.
+    """
+
+    def __init__(self, ledger: TokenLedger, buckets: Mapping[str, TokenBucket]) -> None:
+        self.ledger = ledger
+        self.buckets = dict(buckets)
+        self.store = store() if buckets else None
+        self.names: set[str] = set(buckets) if self.store is not None else set()
+        self.levels: dict[str, Level] = {}
+        self.failed: set[str] = set()
+
+    def read_levels(self) -> None:
+        """Read every bucket's level (one round trip); Redis failing: leave Redis out of this claim.
+
+        Call it before anything is taken (nothing is then lost by leaving Redis out).
+        """
+        if self.store is None:
+            return
+        try:
+            self.levels = self.store.levels(self.buckets)
+        except RedisUnavailable:
+            self.store, self.names = None, set()
+
+    def take(self, name: str, now: datetime) -> bool:
+        """Take one token of ``name``'s bucket at ``now``; False when none is left or Redis failed.
+
+        After a failure ``name`` is in :attr:`failed`: its jobs are held back
+        (never shed) for the rest of this claim.
+        """
+        assert self.store is not None
+        try:
+            took = self.ledger.take(self.store, name, self.buckets[name], now)
+        except RedisUnavailable:
+            self.failed.add(name)
+            return False
+        self.levels[name] = took.level
+        return took.granted > 0
+
+    def mark(self) -> tuple[int, dict[str, Level]]:
+        """Return a position for :meth:`restore`."""
+        return self.ledger.mark(), dict(self.levels)
+
+    def restore(self, mark: tuple[int, dict[str, Level]]) -> None:
+        """Give back the takes made since ``mark`` (decisions taken back)."""
+        self.ledger.refund_since(mark[0])
+        self.levels = dict(mark[1])
+
+
+__all__ = ["ClaimTokens", "TokenLedger"]
