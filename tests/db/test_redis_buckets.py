@@ -285,3 +285,19 @@ def test_a_drop_task_is_not_shed_when_redis_fails_mid_claim(store, clock, rated,
     monkeypatch.undo()
     monkeypatch.setattr(redis_buckets, "PROBE_INTERVAL", 0.0)
     assert claim() == ids[:2]
+
+
+# -- the admin's "why is this job waiting" reads the Redis level ---------------------------
+
+
+def test_hold_reasons_show_the_redis_bucket(store, clock, rated):
+    from django_debounce.holds import flow_view, held_back
+
+    ids = [JobFactory(task_name="rb.rate", args=[i], run_at=T).pk for i in range(4)]
+    assert held_back(Job.objects.get(pk=ids[0])) == []
+    assert flow_view("rb.rate", None, now=T).tokens == 3.0
+    assert claim() == ids[:3]
+    [hold] = held_back(Job.objects.get(pk=ids[3]))
+    assert (hold.code, hold.until) == ("rate_limit", T + 20 * S)
+    view = flow_view("rb.rate", None, now=T + 10 * S)
+    assert (view.tokens, view.next_token_at) == (0.5, T + 20 * S)
