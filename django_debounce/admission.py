@@ -116,12 +116,16 @@ class Admission:
             ledger or redis_tokens.TokenLedger(), buckets if ledger is not None else {}
         )
 
-    def _judged(self, name: str, row: TaskState | None) -> TaskState | None:
-        """Return the state :func:`verdict` judges ``name`` by: with a Redis bucket, its level."""
+    def _judged(self, name: str, row: TaskState | None, *, full: bool = False) -> TaskState | None:
+        """Return the state :func:`verdict` judges ``name`` by: with a Redis bucket, its level.
+
+        ``full``: the bucket as full, so that the take in Redis decides (a level
+        read earlier may be stale: another claim may have given tokens back).
+        """
         if name not in self.redis.names:
             return row
         view = copy.copy(row) if row is not None else TaskState(task_name=name)
-        level = self.redis.levels.get(name)
+        level = None if full else self.redis.levels.get(name)
         view.tokens = level.tokens if level is not None else None
         view.tokens_at = level.tokens_at if level is not None else None
         return view
@@ -293,7 +297,7 @@ class Admission:
             return "hold"  # locked by another claimer right now, or Redis failed in this claim
         judged = verdict(
             gate,
-            self._judged(name, state),
+            self._judged(name, state, full=True),
             now=self.now,
             in_use=self._in_use(name),
             probe_live=self.probe_live.get(name, False),
@@ -302,7 +306,8 @@ class Admission:
         if judged.kind != "admit":
             return judged.kind
         if judged.level is not None and name in self.redis.names:
-            if not self.redis.take(name, self.now):  # no token after all, or Redis failed
+            if name in self.redis.refused or not self.redis.take(name, self.now):
+                # No token (Redis said so in this claim), or Redis failed: never shed for that.
                 return "shed" if gate.drop and name not in self.redis.failed else "hold"
         elif judged.level is not None:
             state.tokens = max(0.0, judged.level - 1)

@@ -102,6 +102,8 @@ class ClaimTokens:
         self.names: set[str] = set(buckets) if self.store is not None else set()
         self.levels: dict[str, Level] = {}
         self.failed: set[str] = set()
+        #: Names whose take Redis refused in this claim (no whole token at the claim's instant).
+        self.refused: set[str] = set()
 
     def read_levels(self) -> None:
         """Read every bucket's level (one round trip); Redis failing: leave Redis out of this claim.
@@ -128,6 +130,8 @@ class ClaimTokens:
             self.failed.add(name)
             return False
         self.levels[name] = took.level
+        if not took.granted:
+            self.refused.add(name)
         return took.granted > 0
 
     def mark(self) -> tuple[int, dict[str, Level]]:
@@ -135,9 +139,10 @@ class ClaimTokens:
         return self.ledger.mark(), dict(self.levels)
 
     def restore(self, mark: tuple[int, dict[str, Level]]) -> None:
-        """Give back the takes made since ``mark`` (decisions taken back)."""
+        """Give back the takes made since ``mark`` (decisions taken back); forget refusals."""
         self.ledger.refund_since(mark[0])
         self.levels = dict(mark[1])
+        self.refused.clear()
 
 
 __all__ = ["ClaimTokens", "TokenLedger"]
