@@ -73,7 +73,7 @@ def test_a_rate_limit_holds_across_two_workers_with_the_redis_bucket(tmp_path):
         assert Job.objects.filter(pk__in=ids, status=Job.Status.READY).count() == 10
         assert not TaskState.objects.filter(task_name="rb.limited").exists()  # Redis held it
         [key] = bucket_keys(url, "rb.limited")
-        assert float(redis.Redis.from_url(url).hget(key, "tokens")) == 0.0
+        assert float(redis.Redis.from_url(url).hget(key, "tokens")) < 0.01  # refill of ms only
     finally:
         delete_test_keys(url, key_prefix())
 
