@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -69,7 +70,7 @@ class Checkpoint:
     admitted: dict[str, int]
     probe_live: dict[str, bool]
     dirty: frozenset[str]
-    redis: tuple[int, dict[str, Level]] = (0, {})
+    redis: tuple[int, dict[str, Level], dict[str, int]] = (0, {}, {})
 
 
 class Admission:
@@ -111,6 +112,7 @@ class Admission:
         self.admitted: dict[str, int] = {}
         self.probe_live: dict[str, bool] = {}
         self.dirty: set[str] = set()
+        self._want = 1
         buckets = {name: gate.bucket for name, gate in gates.items() if gate.bucket is not None}
         self.redis = redis_tokens.ClaimTokens(
             ledger or redis_tokens.TokenLedger(), buckets if ledger is not None else {}
@@ -125,7 +127,7 @@ class Admission:
         if name not in self.redis.names:
             return row
         view = copy.copy(row) if row is not None else TaskState(task_name=name)
-        level = None if full else self.redis.levels.get(name)
+        level = None if full else self.redis.tokens(name)
         view.tokens = level.tokens if level is not None else None
         view.tokens_at = level.tokens_at if level is not None else None
         return view
@@ -268,10 +270,14 @@ class Admission:
         """
         decision = Decision()
         self.hold(candidates)
+        pending = Counter(job.task_name for job in candidates)
         for job in candidates:
             if len(decision.admitted) >= room:
                 decision.held_back.append(job)
                 continue
+            # A Redis take asks for the tokens this claim may still use of the task.
+            self._want = min(room - len(decision.admitted), pending[job.task_name])
+            pending[job.task_name] -= 1
             gate = self.gates.get(job.task_name)
             if gate is None:
                 decision.admitted.append(job)
@@ -306,7 +312,7 @@ class Admission:
         if judged.kind != "admit":
             return judged.kind
         if judged.level is not None and name in self.redis.names:
-            if name in self.redis.refused or not self.redis.take(name, self.now):
+            if name in self.redis.refused or not self.redis.take(name, self.now, self._want):
                 # No token (Redis said so in this claim), or Redis failed: never shed for that.
                 return "shed" if gate.drop and name not in self.redis.failed else "hold"
         elif judged.level is not None:
@@ -354,7 +360,8 @@ class Admission:
         return out
 
     def save(self) -> None:
-        """Write the TaskState rows this claim changed (one UPDATE each)."""
+        """Write the TaskState rows this claim changed (one UPDATE each); settle Redis credit."""
+        self.redis.settle()
         for name in sorted(self.dirty):
             self.states[name].save(using=self.using, update_fields=_STATE_FIELDS)
         self.dirty.clear()

@@ -44,12 +44,30 @@ class TokenLedger:
         if exc_type is not None:
             self.refund_all()
 
-    def take(self, where: RedisBuckets, task_name: str, bucket: TokenBucket, now: datetime) -> Take:
-        """Take one token from ``where`` and remember it (see :meth:`.RedisBuckets.take`)."""
-        took = where.take(task_name, bucket, now)
+    def take(
+        self,
+        where: RedisBuckets,
+        task_name: str,
+        bucket: TokenBucket,
+        now: datetime,
+        count: int = 1,
+    ) -> Take:
+        """Take up to ``count`` tokens from ``where`` and remember them (:meth:`.RedisBuckets.take`)."""
+        took = where.take(task_name, bucket, now, count)
         if took.granted:
             self.takes.append((where, task_name, bucket, took.granted))
         return took
+
+    def give_back(
+        self, where: RedisBuckets, task_name: str, bucket: TokenBucket, count: int
+    ) -> None:
+        """Give ``count`` tokens taken but not used back now (the claim keeps the rest)."""
+        try:
+            where.refund(task_name, bucket, count)
+        except RedisUnavailable:
+            _lost(task_name, count)
+            return
+        self.takes.append((where, task_name, bucket, -count))
 
     def mark(self) -> int:
         """Return a position for :meth:`refund_since`."""
@@ -68,19 +86,25 @@ class TokenLedger:
             _, _, seen = totals.get((id(where), name), (where, bucket, 0))
             totals[(id(where), name)] = (where, bucket, seen + count)
         for (_, name), (where, bucket, count) in totals.items():
+            if count <= 0:
+                continue
             try:
                 where.refund(name, bucket, count)
             except RedisUnavailable:
-                logger.info(
-                    "%d token(s) of %s could not be given back to Redis; they stay spent",
-                    count,
-                    name,
-                    extra={"action": "redis_refund_lost"},
-                )
+                _lost(name, count)
 
     def refund_all(self) -> None:
         """Give back every take recorded (the claim rolled back)."""
         self.refund_since(0)
+
+
+def _lost(task_name: str, count: int) -> None:
+    logger.info(
+        "%d token(s) of %s could not be given back to Redis; they stay spent",
+        count,
+        task_name,
+        extra={"action": "redis_refund_lost"},
+    )
 
 
 class ClaimTokens:
@@ -93,6 +117,10 @@ class ClaimTokens:
     ``names`` is the set of task names whose tokens are in Redis for this
     claim: empty when ``DEBOUNCE_REDIS`` is off or Redis failed lately
     (:func:`store`), or after :meth:`read_levels` found Redis failing.
+
+    A take asks for as many tokens as the claim may still admit of that task
+    (one script call), keeps the extra as credit for the task's next admitted
+    jobs, and :meth:`settle` gives back the credit left before the claim commits.
     """
 
     def __init__(self, ledger: TokenLedger, buckets: Mapping[str, TokenBucket]) -> None:
@@ -104,6 +132,8 @@ class ClaimTokens:
         self.failed: set[str] = set()
         #: Names whose take Redis refused in this claim (no whole token at the claim's instant).
         self.refused: set[str] = set()
+        #: Tokens taken ahead and not used yet, by name.
+        self.credit: dict[str, int] = {}
 
     def read_levels(self) -> None:
         """Read every bucket's level (one round trip); Redis failing: leave Redis out of this claim.
@@ -117,31 +147,54 @@ class ClaimTokens:
         except RedisUnavailable:
             self.store, self.names = None, set()
 
-    def take(self, name: str, now: datetime) -> bool:
-        """Take one token of ``name``'s bucket at ``now``; False when none is left or Redis failed.
+    def take(self, name: str, now: datetime, want: int = 1) -> bool:
+        """Use one token of ``name``'s bucket at ``now``; False when none is left or Redis failed.
 
-        After a failure ``name`` is in :attr:`failed`: its jobs are held back
-        (never shed) for the rest of this claim.
+        From the credit if there is some; else one script call takes up to
+        ``want`` (≥ 1) tokens and keeps all but one as credit. After a failure
+        ``name`` is in :attr:`failed`: its jobs are held back (never shed) for
+        the rest of this claim.
         """
+        if self.credit.get(name, 0) > 0:
+            self.credit[name] -= 1
+            return True
         assert self.store is not None
         try:
-            took = self.ledger.take(self.store, name, self.buckets[name], now)
+            took = self.ledger.take(self.store, name, self.buckets[name], now, max(1, want))
         except RedisUnavailable:
             self.failed.add(name)
             return False
         self.levels[name] = took.level
         if not took.granted:
             self.refused.add(name)
-        return took.granted > 0
+            return False
+        self.credit[name] = took.granted - 1
+        return True
 
-    def mark(self) -> tuple[int, dict[str, Level]]:
+    def tokens(self, name: str) -> Level | None:
+        """Return ``name``'s level as this claim sees it: Redis's last answer plus its credit."""
+        level = self.levels.get(name)
+        credit = self.credit.get(name, 0)
+        if level is None or level.tokens is None or not credit:
+            return level
+        return Level(level.tokens + credit, level.tokens_at)
+
+    def settle(self) -> None:
+        """Give back the credit left (tokens taken ahead, not used); call it before the commit."""
+        for name, left in sorted(self.credit.items()):
+            if left > 0 and self.store is not None:
+                self.ledger.give_back(self.store, name, self.buckets[name], left)
+        self.credit.clear()
+
+    def mark(self) -> tuple[int, dict[str, Level], dict[str, int]]:
         """Return a position for :meth:`restore`."""
-        return self.ledger.mark(), dict(self.levels)
+        return self.ledger.mark(), dict(self.levels), dict(self.credit)
 
-    def restore(self, mark: tuple[int, dict[str, Level]]) -> None:
+    def restore(self, mark: tuple[int, dict[str, Level], dict[str, int]]) -> None:
         """Give back the takes made since ``mark`` (decisions taken back); forget refusals."""
         self.ledger.refund_since(mark[0])
         self.levels = dict(mark[1])
+        self.credit = dict(mark[2])
         self.refused.clear()
 
 

@@ -148,6 +148,18 @@ def test_a_claim_takes_tokens_in_redis_and_leaves_the_task_state_alone(store, cl
     assert Job.objects.filter(status=RUNNING).count() == 5
 
 
+def test_tokens_taken_ahead_and_not_used_go_back_before_the_commit(store, clock):
+    """One script call takes what the claim may use; a concurrency cap then admits fewer."""
+    task(name="rb.capped", rate_limit="5/m", concurrency=2)(_noop)
+    try:
+        ids = [JobFactory(task_name="rb.capped", args=[i], run_at=T).pk for i in range(4)]
+        assert claim() == ids[:2]
+        assert stored(store, "rb.capped") == Level(3.0, T)  # 4 taken at once, 2 given back
+        assert TaskState.objects.get(task_name="rb.capped").tokens is None  # the row: the cap
+    finally:
+        registry.unregister("rb.capped")
+
+
 def test_a_drop_task_sheds_what_the_redis_bucket_refuses(store, clock, rated):
     ids = [JobFactory(task_name="rb.drop", args=[i], run_at=T).pk for i in range(4)]
     assert claim() == ids[:2]
