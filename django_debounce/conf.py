@@ -20,6 +20,7 @@ from django.core.signals import setting_changed
 
 from .durations import DurationLike, parse_duration
 from .exceptions import ConfigurationError
+from .retention_settings import Prune, parse_prune
 
 #: Defaults for every ``DEBOUNCE_*`` setting (documented in docs/reference/settings.md).
 DEFAULTS: dict[str, Any] = {
@@ -45,6 +46,13 @@ DEFAULTS: dict[str, Any] = {
     # Largest JSON text of one job's args + kwargs (and of its metadata, and of a
     # result), in bytes (docs/reference/settings.md; decision 29 in docs/decisions.md).
     "MAX_PAYLOAD_BYTES": 1024 * 1024,
+    # Prometheus metrics (docs/howto/metrics.md): None = on when prometheus_client imports.
+    "METRICS": None,
+    # Histogram buckets, seconds: window opened -> run started, and one attempt's run.
+    "METRICS_DELAY_BUCKETS": (0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600),
+    "METRICS_DURATION_BUCKETS": (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+    # The worker's automatic prune of finished jobs (issue #11; retention_settings.py). None: off.
+    "PRUNE": None,
     # A django-redis cache alias (a key of CACHES): rate-limit token buckets live in
     # that Redis (docs/howto/redis.md; decisions 100-104). None: in the database.
     "REDIS": None,
@@ -184,6 +192,50 @@ def parse_redis_alias(value: Any) -> str | None:
     return value
 
 
+def parse_metrics_enabled(value: Any) -> bool | None:
+    """Validate ``DEBOUNCE_METRICS``: ``None`` (on when prometheus_client imports), True or False.
+
+    Raises:
+        ConfigurationError: anything else (check E040).
+    """
+    if value is not None and not isinstance(value, bool):
+        raise ConfigurationError(
+            f"DEBOUNCE_METRICS={value!r} must be None (metrics on when prometheus_client is "
+            "installed), True (on; the extra django-debounce[prometheus] is required) or False."
+        )
+    return value
+
+
+def parse_buckets(value: Any, *, name: str) -> tuple[float, ...]:
+    """Validate a histogram's bucket bounds: a non-empty sequence of increasing positive seconds.
+
+    Args:
+        value: e.g. ``(0.5, 1, 5)``; ``+Inf`` is added by prometheus_client.
+        name: the setting's name, for the message.
+
+    Raises:
+        ConfigurationError: not a list/tuple of numbers, empty, a bound not
+            positive or not larger than the one before (check E041).
+    """
+    ok = isinstance(value, list | tuple) and bool(value)
+    bounds: list[float] = []
+    if ok:
+        for bound in value:
+            if isinstance(bound, bool) or not isinstance(bound, int | float) or bound <= 0:
+                ok = False
+                break
+            if bounds and bound <= bounds[-1]:
+                ok = False
+                break
+            bounds.append(float(bound))
+    if not ok:
+        raise ConfigurationError(
+            f"{name}={value!r} must be a non-empty list of increasing positive numbers of "
+            "seconds, e.g. [1, 5, 30, 60, 300]."
+        )
+    return tuple(bounds)
+
+
 #: Every parsed value, by setting name, kept until ``setting_changed`` names the setting.
 _cache: dict[str, Any] = {}
 
@@ -294,6 +346,23 @@ class Settings:
         return self._kept("REDIS", parse_redis_alias)
 
     @property
+    def metrics(self) -> bool | None:
+        """``DEBOUNCE_METRICS``: None (on when prometheus_client imports), True or False."""
+        return self._kept("METRICS", parse_metrics_enabled)
+
+    @property
+    def metrics_delay_buckets(self) -> tuple[float, ...]:
+        """``DEBOUNCE_METRICS_DELAY_BUCKETS``: bounds of the debounce delay histogram, seconds."""
+        name = "DEBOUNCE_METRICS_DELAY_BUCKETS"
+        return self._kept("METRICS_DELAY_BUCKETS", lambda value: parse_buckets(value, name=name))
+
+    @property
+    def metrics_duration_buckets(self) -> tuple[float, ...]:
+        """``DEBOUNCE_METRICS_DURATION_BUCKETS``: bounds of the attempt duration histogram."""
+        name = "DEBOUNCE_METRICS_DURATION_BUCKETS"
+        return self._kept("METRICS_DURATION_BUCKETS", lambda value: parse_buckets(value, name=name))
+
+    @property
     def use_tz(self) -> bool:
         """Django's ``USE_TZ``: the package needs it True (check E011; §4.7).
 
@@ -314,6 +383,16 @@ class Settings:
             ConfigurationError: the setting is malformed (see :func:`parse_auto_retry`).
         """
         return self._kept("DEAD_LETTER_AUTO_RETRY", parse_auto_retry)
+
+    @property
+    def prune(self) -> Prune | None:
+        """``DEBOUNCE_PRUNE``: the worker's automatic prune of finished jobs; None: off.
+
+        Raises:
+            ConfigurationError: the setting is malformed (see
+                :func:`~django_debounce.retention_settings.parse_prune`).
+        """
+        return self._kept("PRUNE", parse_prune)
 
     @property
     def codel(self) -> dict[str, CodelSettings]:
