@@ -20,6 +20,7 @@ from django.core.signals import setting_changed
 
 from .durations import DurationLike, parse_duration
 from .exceptions import ConfigurationError
+from .redis_settings import parse_redis_alias
 from .retention_settings import Prune, parse_prune
 
 #: Defaults for every ``DEBOUNCE_*`` setting (documented in docs/reference/settings.md).
@@ -53,8 +54,7 @@ DEFAULTS: dict[str, Any] = {
     "METRICS_DURATION_BUCKETS": (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
     # The worker's automatic prune of finished jobs (issue #11; retention_settings.py). None: off.
     "PRUNE": None,
-    # A django-redis cache alias (a key of CACHES): rate-limit token buckets live in
-    # that Redis (docs/howto/redis.md; decisions 100-104). None: in the database.
+    # django-redis cache alias holding rate-limit buckets (docs/howto/redis.md). None: the DB.
     "REDIS": None,
 }
 
@@ -166,28 +166,6 @@ def parse_max_payload_bytes(value: Any) -> int:
         raise ConfigurationError(
             f"DEBOUNCE_MAX_PAYLOAD_BYTES={value!r} must be an int of at least "
             f"{MIN_PAYLOAD_BYTES} (bytes of JSON text), e.g. 1048576 for 1 MiB."
-        )
-    return value
-
-
-def parse_redis_alias(value: Any) -> str | None:
-    """Validate ``DEBOUNCE_REDIS`` and return the cache alias it names, or ``None`` (off).
-
-    Args:
-        value: ``None`` (rate-limit buckets stay in the database), or the name
-            of a ``CACHES`` entry served by django-redis, e.g. ``"default"``.
-            Whether the alias exists and uses django-redis is checked by the
-            system checks E036-E039 (they read ``CACHES``; this parser does not).
-
-    Raises:
-        ConfigurationError: not ``None`` and not a non-empty ``str`` (check E035).
-    """
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigurationError(
-            f"DEBOUNCE_REDIS={value!r} must be None (off) or the alias of a django-redis "
-            'cache in CACHES, e.g. DEBOUNCE_REDIS = "default".'
         )
     return value
 
@@ -338,11 +316,7 @@ class Settings:
 
     @property
     def redis(self) -> str | None:
-        """``DEBOUNCE_REDIS``: the django-redis cache alias holding rate-limit buckets; None: off.
-
-        Raises:
-            ConfigurationError: the setting is invalid (see :func:`parse_redis_alias`).
-        """
+        """``DEBOUNCE_REDIS``: the django-redis alias of the rate-limit buckets; None: off (E035)."""
         return self._kept("REDIS", parse_redis_alias)
 
     @property
