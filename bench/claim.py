@@ -15,6 +15,10 @@ runs: the figure is the claim's own cost). Variants, alternated for ``--rounds``
   (not the jobs' task): every claim goes through the admission gate.
 * ``gate (jobs' task)``: the jobs' own task has that generous rate limit: each
   claimed job takes a token from its TaskState row.
+* ``gate (jobs' task, Redis bucket)``: as the previous one with
+  ``DEBOUNCE_REDIS`` naming a django-redis cache on the local Redis (database
+  14; ``--redis-url``): each claimed job takes its token with one Lua script in
+  Redis, and no TaskState row is locked (decision 101).
 * ``CoDel``: ``DEBOUNCE_QUEUES={"default": {"codel": {"target": "1h",
   "interval": "2h"}}}``: the queue's CoDel state is locked and stepped on
   every claim; the target is never exceeded, so nothing is shed.
@@ -28,6 +32,7 @@ the queries of one claim.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -48,7 +53,8 @@ FROM generate_series(1, %(n)s) g
 """
 
 PLAIN = "bench.claim.plain"
-VARIANTS = ["plain", "gate (other task)", "gate (jobs' task)", "CoDel"]
+REDIS_VARIANT = "gate (jobs' task, Redis bucket)"
+VARIANTS = ["plain", "gate (other task)", "gate (jobs' task)", REDIS_VARIANT, "CoDel"]
 
 
 def refill(jobs: int) -> None:
@@ -111,6 +117,18 @@ def check_path(variant: str) -> None:
     }
     if variant in states and not states[variant].exists():
         raise SystemExit(f"{variant}: no state row was written; the claim took another path")
+    if variant == REDIS_VARIANT:
+        from django_debounce import redis_buckets
+        from django_debounce.throttle import bucket_for
+
+        store = redis_buckets.store()
+        level = store.levels({PLAIN: bucket_for("1/s")})[PLAIN] if store is not None else None
+        if (
+            TaskState.objects.filter(task_name=PLAIN).exists()
+            or level is None
+            or level.tokens_at is None
+        ):
+            raise SystemExit(f"{variant}: the bucket was not in Redis")
 
 
 def main() -> None:
@@ -120,6 +138,11 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20_000, help="due jobs per variant")
     parser.add_argument("--limit", type=int, default=10, help="jobs per claim (a worker's room)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds over the variants")
+    parser.add_argument(
+        "--redis-url",
+        default="redis://127.0.0.1:6379/14",
+        help="Redis of the Redis-bucket variant (its keys are deleted afterwards)",
+    )
     add_db_arguments(parser, "bench_hH_claim")
     args = parser.parse_args()
     setup(args)
@@ -134,10 +157,19 @@ def main() -> None:
                 registry.unregister(name)
         if variant == "gate (other task)":
             task(name="bench.claim.limited", rate_limit="1000000/s")(lambda: None)
-        limited = variant == "gate (jobs' task)"
+        limited = variant in ("gate (jobs' task)", REDIS_VARIANT)
         task(name=PLAIN, **({"rate_limit": "1000000/s"} if limited else {}))(lambda: None)
 
     codel = {"default": {"codel": {"target": "1h", "interval": "2h"}}}
+    prefix = f"bench-claim-{os.getpid()}"
+    caches = {
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+        "bench": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": args.redis_url,
+            "KEY_PREFIX": prefix,
+        },
+    }
     results: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
     queries: dict[str, int] = {}
     try:
@@ -146,10 +178,23 @@ def main() -> None:
             for variant in VARIANTS if round_no % 2 == 0 else VARIANTS[::-1]:
                 register(variant)
                 refill(args.jobs)
-                with override_settings(DEBOUNCE_QUEUES=codel if variant == "CoDel" else {}):
+                redis = (
+                    {"DEBOUNCE_REDIS": "bench", "CACHES": caches}
+                    if variant == REDIS_VARIANT
+                    else {}
+                )
+                with override_settings(
+                    DEBOUNCE_QUEUES=codel if variant == "CoDel" else {}, **redis
+                ):
                     rate, queries[variant] = claim_all(args.jobs, args.limit)
+                    check_path(variant)
+                    if redis:
+                        from django_redis import get_redis_connection
+
+                        get_redis_connection("bench").delete(
+                            *get_redis_connection("bench").keys(f"{prefix}:*")
+                        )
                 results[variant].append(rate)
-                check_path(variant)
                 print(
                     f"round {round_no + 1} {variant}: {rate:.0f} claims/s",
                     file=sys.stderr,

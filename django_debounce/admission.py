@@ -30,7 +30,9 @@ live in :mod:`django_debounce.claim_rules`.
 
 from __future__ import annotations
 
+import copy
 import logging
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -39,10 +41,11 @@ from typing import Any
 from django.db import connections, transaction
 from django.db.models import Count
 
-from . import registry
+from . import redis_tokens, registry
 from .breaker import CLOSED, HALF_OPEN, OPEN
 from .claim_rules import Gate, live_lease, verdict
 from .models import Job, TaskState
+from .redis_buckets import Level
 
 logger = logging.getLogger("django_debounce.admission")
 
@@ -67,6 +70,7 @@ class Checkpoint:
     admitted: dict[str, int]
     probe_live: dict[str, bool]
     dirty: frozenset[str]
+    redis: tuple[int, dict[str, Level], dict[str, int]] = (0, {}, {})
 
 
 class Admission:
@@ -81,9 +85,21 @@ class Admission:
     :meth:`save` writes the changed ones back and must run before the commit.
     A decision can be taken back before :meth:`save` (:meth:`checkpoint`,
     :meth:`restore`), when the claim could not lock some admitted jobs.
+
+    With ``ledger`` and ``DEBOUNCE_REDIS``, rate-limit tokens are taken in
+    Redis (:class:`~.redis_tokens.ClaimTokens`; a decision taken back gives
+    its tokens back, the caller calls ``ledger.refund_all()`` on rollback) and
+    the rows of tasks gated by a rate limit alone are not locked (decision 101).
     """
 
-    def __init__(self, gates: dict[str, Gate], *, now: datetime, using: str) -> None:
+    def __init__(
+        self,
+        gates: dict[str, Gate],
+        *,
+        now: datetime,
+        using: str,
+        ledger: redis_tokens.TokenLedger | None = None,
+    ) -> None:
         self.gates = gates
         self.now = now
         self.using = using
@@ -96,6 +112,25 @@ class Admission:
         self.admitted: dict[str, int] = {}
         self.probe_live: dict[str, bool] = {}
         self.dirty: set[str] = set()
+        self._want = 1
+        buckets = {name: gate.bucket for name, gate in gates.items() if gate.bucket is not None}
+        self.redis = redis_tokens.ClaimTokens(
+            ledger or redis_tokens.TokenLedger(), buckets if ledger is not None else {}
+        )
+
+    def _judged(self, name: str, row: TaskState | None, *, full: bool = False) -> TaskState | None:
+        """Return the state :func:`verdict` judges ``name`` by: with a Redis bucket, its level.
+
+        ``full``: the bucket as full, so that the take in Redis decides (a level
+        read earlier may be stale: another claim may have given tokens back).
+        """
+        if name not in self.redis.names:
+            return row
+        view = copy.copy(row) if row is not None else TaskState(task_name=name)
+        level = None if full else self.redis.tokens(name)
+        view.tokens = level.tokens if level is not None else None
+        view.tokens_at = level.tokens_at if level is not None else None
+        return view
 
     # -- before the candidate query: a cheap, unlocked estimate ------------------------
     def blocked_names(self) -> set[str]:
@@ -109,6 +144,7 @@ class Admission:
         seen to be shed. Costs one query, plus one when a cap is declared.
         """
         names = sorted(self.gates)
+        self.redis.read_levels()  # Redis failing here: this claim uses the database buckets
         rows = {
             row.task_name: row
             for row in TaskState.objects.using(self.using).filter(task_name__in=names)
@@ -117,7 +153,7 @@ class Admission:
         running = self._count_running(capped) if capped else {}
         blocked = set()
         for name in names:
-            row = rows.get(name)
+            row = self._judged(name, rows.get(name))
             if row is None:
                 continue  # never used: full bucket, closed breaker
             # The probe is not looked up here: a half-open breaker is never called blocked.
@@ -149,6 +185,10 @@ class Admission:
         ungated jobs included, for as long as it stays stalled.
         """
         wanted = sorted(set(names) - set(self.states) - self.unavailable)
+        for name in [name for name in wanted if name in self.redis.names]:
+            if self.gates[name].breaker is None and self.gates[name].concurrency is None:
+                self.states[name] = TaskState(task_name=name)  # a Redis rate limit alone: no lock
+                wanted.remove(name)
         if not wanted:
             return
         qs = TaskState.objects.using(self.using).filter(task_name__in=wanted).order_by("task_name")
@@ -203,6 +243,7 @@ class Admission:
             admitted=dict(self.admitted),
             probe_live=dict(self.probe_live),
             dirty=frozenset(self.dirty),
+            redis=self.redis.mark(),
         )
 
     def restore(self, checkpoint: Checkpoint) -> None:
@@ -218,6 +259,7 @@ class Admission:
         self.admitted = dict(checkpoint.admitted)
         self.probe_live = dict(checkpoint.probe_live)
         self.dirty = set(checkpoint.dirty)
+        self.redis.restore(checkpoint.redis)  # Redis tokens go back
 
     def admit(self, candidates: Sequence[Job], room: int) -> Decision:
         """Decide, in claim order, which ``candidates`` start (at most ``room``).
@@ -228,10 +270,14 @@ class Admission:
         """
         decision = Decision()
         self.hold(candidates)
+        pending = Counter(job.task_name for job in candidates)
         for job in candidates:
             if len(decision.admitted) >= room:
                 decision.held_back.append(job)
                 continue
+            # A Redis take asks for the tokens this claim may still use of the task.
+            self._want = min(room - len(decision.admitted), pending[job.task_name])
+            pending[job.task_name] -= 1
             gate = self.gates.get(job.task_name)
             if gate is None:
                 decision.admitted.append(job)
@@ -253,11 +299,11 @@ class Admission:
         """
         name = gate.task_name
         state = self.states.get(name)
-        if state is None:
-            return "hold"  # locked by another claimer right now
+        if state is None or name in self.redis.failed:
+            return "hold"  # locked by another claimer right now, or Redis failed in this claim
         judged = verdict(
             gate,
-            state,
+            self._judged(name, state, full=True),
             now=self.now,
             in_use=self._in_use(name),
             probe_live=self.probe_live.get(name, False),
@@ -265,7 +311,11 @@ class Admission:
         )
         if judged.kind != "admit":
             return judged.kind
-        if judged.level is not None:
+        if judged.level is not None and name in self.redis.names:
+            if name in self.redis.refused or not self.redis.take(name, self.now, self._want):
+                # No token (Redis said so in this claim), or Redis failed: never shed for that.
+                return "shed" if gate.drop and name not in self.redis.failed else "hold"
+        elif judged.level is not None:
             state.tokens = max(0.0, judged.level - 1)
             # Never move tokens_at back: a claim whose ``now`` was read before it waited for
             # this row's lock must not refill again the time another claim already counted.
@@ -296,11 +346,11 @@ class Admission:
         The next candidate round leaves them out. A drop-mode task without
         tokens is not exhausted: its further due jobs are to be shed.
         """
-        out = set(self.unavailable)
+        out = self.unavailable | self.redis.failed
         for name, state in self.states.items():
             judged = verdict(
                 self.gates[name],
-                state,
+                self._judged(name, state),
                 now=self.now,
                 in_use=self._in_use(name),
                 probe_live=self.probe_live.get(name, False),
@@ -310,7 +360,8 @@ class Admission:
         return out
 
     def save(self) -> None:
-        """Write the TaskState rows this claim changed (one UPDATE each)."""
+        """Write the TaskState rows this claim changed (one UPDATE each); settle Redis credit."""
+        self.redis.settle()
         for name in sorted(self.dirty):
             self.states[name].save(using=self.using, update_fields=_STATE_FIELDS)
         self.dirty.clear()

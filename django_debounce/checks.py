@@ -18,6 +18,7 @@ from .conf import DEFAULTS, parse_auto_retry, parse_max_payload_bytes, parse_que
 from .durations import parse_duration
 from .exceptions import ConfigurationError
 from .integration_checks import check_metrics, check_task_backends
+from .redis_settings import check_redis
 from .retention_settings import parse_prune
 
 _DURATIONS = {
@@ -370,6 +371,7 @@ ALL_CHECKS = (
     check_max_payload_bytes,
     check_enqueue_retries,
     check_backoff_jitter,
+    check_redis,
     check_metrics,
     check_drain_settings,
     check_unknown_settings,

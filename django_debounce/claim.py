@@ -49,6 +49,7 @@ from .lifecycle import shed
 from .log_fields import job_fields
 from .models import Job
 from .outcomes import expire_jobs
+from .redis_tokens import TokenLedger
 
 #: The worker's documented logger (docs/reference/commands.md): claim lines keep its name.
 logger = logging.getLogger("django_debounce.worker")
@@ -183,7 +184,9 @@ def _claim_once(
         # cancels its dependents with it) and claims the rest.
     busy: set[str] = set()  # CoDel queues whose state row another claim holds right now
     while True:
-        with transaction.atomic(using=using):
+        # The ledger gives back the Redis tokens (DEBOUNCE_REDIS) of a round that rolls back,
+        # its commit included (decision 101).
+        with TokenLedger() as ledger, transaction.atomic(using=using):
             now = timezone.now()
             shape = ClaimShape(
                 queues=tuple(queues or ()),
@@ -197,7 +200,9 @@ def _claim_once(
                 ),
             )
             if gates:
-                jobs = _take_admitted(shape, gates, limit=limit, now=now, using=using)
+                jobs = _take_admitted(
+                    shape, gates, limit=limit, now=now, using=using, ledger=ledger
+                )
             else:
                 jobs = _take_due(shape, limit=limit, now=now, using=using)
             # CoDel (§6): shed what each queue's control law drops (no query unless a candidate's
@@ -284,6 +289,7 @@ def _take_admitted(
     limit: int,
     now: datetime,
     using: str,
+    ledger: TokenLedger | None = None,
 ) -> list[Job]:
     """Return up to ``limit`` due jobs the flow-control gate admits (§6), in claim order, locked.
 
@@ -298,7 +304,7 @@ def _take_admitted(
     worker's claim still finds every job this one examined but did not take
     (decision 43 in docs/decisions.md).
     """
-    gate = admission.Admission(gates, now=now, using=using)
+    gate = admission.Admission(gates, now=now, using=using, ledger=ledger)
     skip = gate.blocked_names()
     unlocked = ClaimShape(queues=shape.queues, busy=shape.busy, lock="")
     jobs: list[Job] = []

@@ -22,6 +22,7 @@ from .durations import DurationLike, parse_duration
 from .exceptions import ConfigurationError
 from .metrics_settings import parse_buckets, parse_metrics_enabled
 from .queue_settings import CODEL_KEYS, QUEUE_KEYS, CodelSettings, parse_queues
+from .redis_settings import parse_redis_alias
 from .retention_settings import Prune, parse_prune
 
 __all__ = [
@@ -78,6 +79,8 @@ DEFAULTS: dict[str, Any] = {
     "METRICS_DURATION_BUCKETS": (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
     # The worker's automatic prune of finished jobs (issue #11; retention_settings.py). None: off.
     "PRUNE": None,
+    # django-redis cache alias holding rate-limit buckets (docs/howto/redis.md). None: the DB.
+    "REDIS": None,
 }
 
 #: The smallest ``DEBOUNCE_MAX_PAYLOAD_BYTES`` accepted (check E014): 1 KiB.
@@ -212,6 +215,11 @@ class Settings:
             ConfigurationError: the setting is invalid (see :func:`parse_max_payload_bytes`).
         """
         return self._kept("MAX_PAYLOAD_BYTES", parse_max_payload_bytes)
+
+    @property
+    def redis(self) -> str | None:
+        """``DEBOUNCE_REDIS``: the django-redis alias of the rate-limit buckets; None: off (E035)."""
+        return self._kept("REDIS", parse_redis_alias)
 
     @property
     def metrics(self) -> bool | None:

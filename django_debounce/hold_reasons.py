@@ -18,6 +18,7 @@ row locks a moment later and may see a different state.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -38,8 +39,31 @@ from .claim_rules import (
 )
 from .claim_rules import when_text as _when
 from .models import Job, TaskState
+from .redis_buckets import RedisUnavailable, store
 
 Status = Job.Status
+
+
+def with_redis_level(
+    task_name: str, gate: Gate | None, state: TaskState | None
+) -> TaskState | None:
+    """Return ``state`` with the live Redis bucket level when ``DEBOUNCE_REDIS`` holds it.
+
+    With the bucket in Redis (decision 104) the row's ``tokens`` are not the
+    bucket's: a copy of the row (or a blank row) gets Redis's level. Without
+    ``DEBOUNCE_REDIS``, without a rate limit, or while Redis does not answer,
+    ``state`` is returned as it is (the claim then uses that database bucket too).
+    """
+    found = store() if gate is not None and gate.bucket is not None else None
+    if found is None or gate is None or gate.bucket is None:
+        return state
+    try:
+        level = found.levels({task_name: gate.bucket})[task_name]
+    except RedisUnavailable:
+        return state
+    view = copy.copy(state) if state is not None else TaskState(task_name=task_name)
+    view.tokens, view.tokens_at = level.tokens, level.tokens_at
+    return view
 
 
 @dataclass(frozen=True)
@@ -86,7 +110,7 @@ class FlowView:
 def flow_view(
     task_name: str, state: TaskState | None, *, now: datetime, running: int | None = None
 ) -> FlowView:
-    """Describe ``task_name``'s flow-control state at ``now`` (pure: no query).
+    """Describe ``task_name``'s flow-control state at ``now`` (no query; one Redis read with ``DEBOUNCE_REDIS``).
 
     Args:
         task_name: the task's name.
@@ -99,9 +123,11 @@ def flow_view(
         A :class:`FlowView`. The token level is
         :meth:`~.throttle.TokenBucket.level` of the stored ``tokens`` at
         ``tokens_at`` (§6, token bucket); the next token comes after
-        ``(1 - level) / per_second`` seconds.
+        ``(1 - level) / per_second`` seconds. With the bucket in Redis, the
+        level is Redis's (:func:`with_redis_level`).
     """
     gate, registered = task_gate(task_name)
+    state = with_redis_level(task_name, gate, state)
     breaker_state = state.breaker_state if state is not None else TaskState.BreakerState.CLOSED
     opened_at = state.opened_at if state is not None else None
     reset_due_at = None
@@ -242,6 +268,7 @@ def _gate_holds(job: Job, now: datetime, using: str) -> list[Hold]:
     if gate is None:
         return []
     state = TaskState.objects.using(using).filter(task_name=job.task_name).first()
+    state = with_redis_level(job.task_name, gate, state)
     running = count_running(job.task_name, now=now, using=using) if gate.concurrency else 0
     probe_live = False
     if (

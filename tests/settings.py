@@ -120,6 +120,24 @@ DEBOUNCE_MAX_BACKOFF = "5m"
 if os.environ.get("DEBOUNCE_TEST_QUEUES"):
     DEBOUNCE_QUEUES = json.loads(os.environ["DEBOUNCE_TEST_QUEUES"])
 
+# The Redis bucket store (DEBOUNCE_REDIS, docs/howto/redis.md): a django-redis cache on the
+# local Redis (database 15), its keys under a prefix of this test process (worker subprocesses
+# get their parent's through DEBOUNCE_TEST_REDIS_PREFIX). Tests switch the store on with
+# DEBOUNCE_REDIS = "redis" (subprocesses: DEBOUNCE_TEST_REDIS=1); a private server's URL
+# replaces the shared one through DEBOUNCE_TEST_REDIS_URL.
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "redis": {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": os.environ.get("DEBOUNCE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15"),
+        "KEY_PREFIX": os.environ.get("DEBOUNCE_TEST_REDIS_PREFIX", f"dd-test-{os.getpid()}"),
+        # A stopped server must fail a call at once, not hang a claim.
+        "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 0.5, "SOCKET_TIMEOUT": 0.5},
+    },
+}
+if os.environ.get("DEBOUNCE_TEST_REDIS") == "1":
+    DEBOUNCE_REDIS = "redis"
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
