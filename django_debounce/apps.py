@@ -8,13 +8,16 @@ from django.apps import AppConfig
 from django.utils.module_loading import autodiscover_modules
 
 from .checks import register_checks
+from .signals import job_enqueued
+from .wakeup_checks import register_wakeup_checks
+from .wakeup_redis import publish_after_commit
 
 if TYPE_CHECKING:
     from .models import DeadLetter, Job
 
 
 class DjangoDebounceConfig(AppConfig):
-    """Registers the system checks and imports every installed app's ``tasks`` module."""
+    """Registers the system checks, the Redis wake-up publisher, and imports every app's ``tasks``."""
 
     name = "django_debounce"
     label = "django_debounce"
@@ -23,6 +26,9 @@ class DjangoDebounceConfig(AppConfig):
 
     def ready(self) -> None:
         register_checks()
+        register_wakeup_checks()
+        # Publishes nothing unless the wake-up is "redis" (decision 82).
+        job_enqueued.connect(publish_after_commit, dispatch_uid="django_debounce.wakeup_redis")
         autodiscover_modules("tasks")
 
     def retry_dead_letter(self, letter: DeadLetter, *, force: bool) -> Job | None:

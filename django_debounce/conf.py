@@ -45,7 +45,15 @@ DEFAULTS: dict[str, Any] = {
     # Largest JSON text of one job's args + kwargs (and of its metadata, and of a
     # result), in bytes (docs/reference/settings.md; decision 29 in docs/decisions.md).
     "MAX_PAYLOAD_BYTES": 1024 * 1024,
+    # How an idle worker learns of new work (docs/howto/wakeup.md; decisions 80-84):
+    # "auto", "notify" (PostgreSQL LISTEN/NOTIFY), "redis" (pub/sub) or "poll".
+    "WAKEUP": "auto",
+    # A django-redis cache alias (str) the package may use, or None: the Redis wake-up.
+    "REDIS": None,
 }
+
+#: The values ``DEBOUNCE_WAKEUP`` accepts (check E020).
+WAKEUP_MODES = ("auto", "notify", "redis", "poll")
 
 #: The smallest ``DEBOUNCE_MAX_PAYLOAD_BYTES`` accepted (check E014): 1 KiB.
 MIN_PAYLOAD_BYTES = 1024
@@ -138,6 +146,43 @@ def parse_queues(value: Any) -> dict[str, CodelSettings]:
             )
         result[queue] = CodelSettings(target=target, interval=interval)
     return result
+
+
+def parse_wakeup(value: Any) -> str:
+    """Validate ``DEBOUNCE_WAKEUP`` and return it (decision 80).
+
+    Args:
+        value: one of :data:`WAKEUP_MODES`: ``"auto"`` (LISTEN/NOTIFY on
+            PostgreSQL, else the Redis wake-up when ``DEBOUNCE_REDIS`` is set,
+            else polling), ``"notify"``, ``"redis"`` or ``"poll"``.
+
+    Raises:
+        ConfigurationError: any other value.
+    """
+    if value not in WAKEUP_MODES:
+        raise ConfigurationError(
+            f"DEBOUNCE_WAKEUP={value!r} must be one of {', '.join(map(repr, WAKEUP_MODES))}."
+        )
+    return str(value)
+
+
+def parse_redis_alias(value: Any) -> str | None:
+    """Validate the type of ``DEBOUNCE_REDIS`` and return it: a cache alias or ``None``.
+
+    Whether the alias exists in ``CACHES`` and is a django-redis cache is
+    checked by system checks E023/E024 (decision 82).
+
+    Raises:
+        ConfigurationError: not ``None`` nor a non-empty ``str``.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ConfigurationError(
+            f"DEBOUNCE_REDIS={value!r} must be None or the alias (a str) of a django-redis "
+            'cache in CACHES, e.g. "default".'
+        )
+    return value
 
 
 def parse_max_payload_bytes(value: Any) -> int:
@@ -258,6 +303,24 @@ class Settings:
             ConfigurationError: the setting is invalid (see :func:`parse_max_payload_bytes`).
         """
         return self._kept("MAX_PAYLOAD_BYTES", parse_max_payload_bytes)
+
+    @property
+    def wakeup(self) -> str:
+        """``DEBOUNCE_WAKEUP``: ``"auto"``, ``"notify"``, ``"redis"`` or ``"poll"`` (default ``"auto"``).
+
+        Raises:
+            ConfigurationError: another value (check E020).
+        """
+        return self._kept("WAKEUP", parse_wakeup)
+
+    @property
+    def redis(self) -> str | None:
+        """``DEBOUNCE_REDIS``: a django-redis cache alias, or ``None`` (default).
+
+        Raises:
+            ConfigurationError: neither ``None`` nor a non-empty ``str`` (check E023).
+        """
+        return self._kept("REDIS", parse_redis_alias)
 
     @property
     def use_tz(self) -> bool:

@@ -33,7 +33,7 @@ from django.db import (
     router,
 )
 
-from . import leases, outcomes
+from . import leases, outcomes, wakeup
 from .claim import claim_batch
 from .conf import settings
 from .connection_upkeep import close_dropped_connections, upkeep_loop_connection
@@ -277,6 +277,10 @@ class Worker:
         next_renew = time.monotonic() + renew_every
         failures = 0
         idle = True  # the last poll claimed nothing and no job was running
+        # Wakes the loop when a job is enqueued (LISTEN/NOTIFY or Redis; decision 80).
+        waker = wakeup.start_wakeup(
+            self._wake, queues=self.queues, using=self.using, listen=not self.burst
+        )
         try:
             while not self._stopping.is_set():
                 claimed: list[Job] = []
@@ -323,10 +327,15 @@ class Worker:
                 ):
                     return
                 full = bool(claimed) and len(claimed) == capacity
-                self._wait(
+                timeout = (
                     renew_every if (full or self.burst) else min(self.poll_interval, renew_every)
                 )
+                if capacity and not (full or self.burst):
+                    # A free thread sleeps until the next deadline, at most a poll (decision 83).
+                    timeout = wakeup.idle_timeout(timeout, queues=self.queues, using=self.using)
+                self._wait(timeout)
         finally:
+            waker.stop()
             self._drain(threads)
 
     def _wait(self, timeout: float) -> None:
