@@ -1,14 +1,17 @@
 # ruff: noqa: T201  (a benchmark prints its figures)
-"""Benchmark: enqueue throughput with and without the admin indexes (migration 0003).
+"""Benchmark: enqueue throughput with and without a migration (default: the admin indexes, 0003).
 
     .venv/bin/python bench/enqueue.py                 # 200,000 jobs in the table, 1,000 calls each
     .venv/bin/python bench/enqueue.py --rows 20000 --calls 500
+    .venv/bin/python bench/enqueue.py --without 0005_deadletter_kind --with 0006_wakeup_notify
 
 PostgreSQL only; creates and drops its own database (default ``bench_hH_enqueue``).
 The table is first filled with ``--rows`` jobs (the mix of
 ``admin_changelists.py``), so the indexes have a realistic depth. Then, for
-``--rounds`` rounds, alternately without and with migration
-``0003_admin_indexes`` (migrated back and forth on the same table), it times
+``--rounds`` rounds, alternately at migration ``--without`` (default
+``0002_flow_control``) and ``--with`` (default ``0003_admin_indexes``; e.g.
+``0006_wakeup_notify`` against ``0005_deadletter_kind`` for the LISTEN/NOTIFY
+triggers), migrated back and forth on the same table, it times
 ``--calls`` plain enqueues (``Task.delay``, one INSERT each) and ``--calls``
 debounced enqueues over ``--calls // 2`` keys (half open a window, half slide
 one), each call in its own transaction, and one ``INSERT … SELECT`` of
@@ -33,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import add_db_arguments, setup, table, teardown  # noqa: E402
 
 WITHOUT = "0002_flow_control"
+WITH = "0003_admin_indexes"
 #: ``plain``/``debounced``: ``Task.delay`` calls; ``SQL``: one INSERT … SELECT of as many rows.
 KINDS = ("plain", "debounced", "SQL")
 
@@ -54,6 +58,8 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=200_000, help="jobs in the table first")
     parser.add_argument("--calls", type=int, default=1_000, help="enqueues per kind and round")
     parser.add_argument("--rounds", type=int, default=6, help="rounds without/with the indexes")
+    parser.add_argument("--without", default=WITHOUT, help="migration of the 'without' state")
+    parser.add_argument("--with", dest="with_", default=WITH, help="migration of the 'with' state")
     add_db_arguments(parser, "bench_hH_enqueue")
     args = parser.parse_args()
     setup(args)
@@ -96,7 +102,7 @@ def main() -> None:
             # machine's load does not favour one side.
             order = ("without", "with") if round_no % 2 == 0 else ("with", "without")
             for state in order:
-                target = WITHOUT if state == "without" else "0003_admin_indexes"
+                target = args.without if state == "without" else args.with_
                 call_command("migrate", "django_debounce", target, verbosity=0)
                 first = serial
 
@@ -117,7 +123,7 @@ def main() -> None:
                 timed(state, "SQL", sql_insert, 10 * args.calls)
                 serial += args.calls
                 print(
-                    f"round {round_no + 1} {state} 0003: "
+                    f"round {round_no + 1} {state} {args.with_}: "
                     f"plain {results[state]['plain'][-1]:.0f}/s, "
                     f"debounced {results[state]['debounced'][-1]:.0f}/s",
                     file=sys.stderr,
@@ -149,8 +155,8 @@ def main() -> None:
         table(
             [
                 "enqueue",
-                "calls/s without 0003",
-                "calls/s with 0003",
+                f"calls/s at {args.without}",
+                f"calls/s at {args.with_}",
                 "ratio (median of rounds)",
                 "WAL bytes/call without",
                 "WAL bytes/call with",

@@ -46,10 +46,16 @@ DEADLINE_SLACK = 0.0005
 class Waker(Protocol):
     """A running wake-up source; :meth:`stop` ends it (idempotent)."""
 
+    #: True while a listener thread runs: the worker then keeps its loop connection
+    #: open between polls, whatever ``CONN_MAX_AGE`` (decision 84).
+    listens: bool
+
     def stop(self) -> None: ...
 
 
 class _NoWaker:
+    listens = False
+
     def stop(self) -> None:
         return None
 
@@ -144,6 +150,8 @@ def _listen_params(using: str) -> dict[str, Any]:
     params: dict[str, Any] = dict(connections[using].get_connection_params())
     for django_only in ("cursor_factory", "context", "prepare_threshold"):
         params.pop(django_only, None)
+    # Its own name in pg_stat_activity: the worker's listener, beside its other connections.
+    params["application_name"] = f"{params.get('application_name') or 'django_debounce'}:wakeup"
     params.setdefault("connect_timeout", 5)
     # A silently dead server (a cut network) is noticed within about a minute.
     for name, value in (("keepalives", 1), ("keepalives_idle", 30), ("keepalives_interval", 10)):

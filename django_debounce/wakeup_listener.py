@@ -35,6 +35,7 @@ class ListenerThread(threading.Thread):
     """
 
     kind = "listener"
+    listens = True
 
     def __init__(self, event: threading.Event, *, queues: Sequence[str]) -> None:
         super().__init__(name=f"debounce-wakeup-{self.kind}", daemon=True)

@@ -287,7 +287,10 @@ class Worker:
                 capacity = self._claim_capacity()
                 try:
                     upkeep_loop_connection(
-                        self.using, idle=idle, unused_for=time.monotonic() - self._loop_used_at
+                        self.using,
+                        # A listening worker keeps its connection to claim at once (decision 84).
+                        idle=idle and not waker.listens,
+                        unused_for=time.monotonic() - self._loop_used_at,
                     )
                     self._maintain()
                     if self._in_flight and time.monotonic() >= next_renew:

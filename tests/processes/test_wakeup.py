@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from django_debounce.wakeup_redis import PUBLISH_RETRY_AFTER
 from tests.conftest import child_env, require_service
-from tests.procs import processes, wait_for
+from tests.procs import app_name, pg_backends, processes, wait_for
 from tests.testapp.models import CallLog
 from tests.testapp.tasks_wakeup import stamp
 
@@ -55,9 +55,12 @@ def _due_now_latencies(worker, prefix: str) -> list[float]:
 
 @pytest.mark.postgres
 def test_listen_notify_worker_starts_a_due_now_job_well_under_the_poll_interval(tmp_path):
-    with processes(tmp_path, child_env()) as procs:
+    name = app_name("wake")
+    with processes(tmp_path, child_env(DEBOUNCE_TEST_APP_NAME=name)) as procs:
         worker = procs.worker("--poll-interval", POLL)
         _idle_listening(worker, "LISTEN/NOTIFY wake-up listening")
+        # One connection that only listens, named apart from the worker's own.
+        assert [state for _, state in pg_backends(f"{name}:wakeup")] == ["idle"]
         latencies = _due_now_latencies(worker, "now")
     median = statistics.median(latencies)
     print(
