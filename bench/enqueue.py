@@ -19,12 +19,16 @@ one), each call in its own transaction, and one ``INSERT … SELECT`` of
 over rounds; the ratio is the median of each round's with/without pair, so a
 drift in the machine's load cancels out) and the WAL bytes written per call
 (``pg_current_wal_lsn`` before and after): the extra write work of the
-indexes, a figure that does not depend on how busy the CPU is.
+indexes, a figure that does not depend on how busy the CPU is, and the CPU time the
+server process spent per call (``/proc/<pid>/stat`` of the connection's backend, so only
+with the server on this host; 10 ms ticks, fine over 1,000 calls): the server-side cost,
+which does not depend on the machine's load either.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -74,7 +78,7 @@ def main() -> None:
         name="bench.enqueue.debounced", debounce="10m", debounce_max_wait="1h", debounce_key="k:{0}"
     )(lambda n: None)
     results: dict[str, dict[str, list[float]]] = {
-        state: {f"{kind}{wal}": [] for kind in KINDS for wal in ("", "_wal")}
+        state: {f"{kind}{wal}": [] for kind in KINDS for wal in ("", "_wal", "_cpu")}
         for state in ("without", "with")
     }
 
@@ -83,11 +87,24 @@ def main() -> None:
             cursor.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")
             return int(cursor.fetchone()[0])
 
+    def server_cpu() -> float:
+        """CPU seconds this connection's server process has used (Linux, server on this host)."""
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            pid = cursor.fetchone()[0]
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return float("nan")
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def timed(state: str, kind: str, calls: Callable[[], None], count: int) -> None:
         wal = wal_position()
+        cpu = server_cpu()
         started = time.perf_counter()
         calls()
         results[state][kind].append(count / (time.perf_counter() - started))
+        results[state][kind + "_cpu"].append((server_cpu() - cpu) / count * 1e6)
         results[state][kind + "_wal"].append((wal_position() - wal) / count)
 
     try:
@@ -147,6 +164,8 @@ def main() -> None:
                 f"{wal_without:.0f}",
                 f"{wal_with:.0f}",
                 f"{wal_with / wal_without:.2f}",
+                f"{statistics.median(results['without'][kind + '_cpu']):.0f}",
+                f"{statistics.median(results['with'][kind + '_cpu']):.0f}",
             ]
         )
     print()
@@ -161,6 +180,8 @@ def main() -> None:
                 "WAL bytes/call without",
                 "WAL bytes/call with",
                 "WAL ratio",
+                "server CPU µs/call without",
+                "server CPU µs/call with",
             ],
             rows,
         )

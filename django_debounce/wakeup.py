@@ -39,6 +39,8 @@ logger = logging.getLogger("django_debounce.wakeup")
 
 #: The NOTIFY channel of migration 0006_wakeup_notify; the payload is the job's queue.
 CHANNEL = "django_debounce_wakeup"
+#: Seconds a listener waits for a message before it checks whether to stop.
+STOP_CHECK = 0.25
 #: Seconds added to a deadline sleep, so the worker claims just after ``run_at``, not just before.
 DEADLINE_SLACK = 0.0005
 
@@ -133,7 +135,7 @@ class PostgresListener(ListenerThread):
         self.conn.execute(f"LISTEN {CHANNEL}")
         self.on_connected()
         while not self.stopping.is_set():
-            for notify in self.conn.notifies(timeout=1.0):
+            for notify in self.conn.notifies(timeout=STOP_CHECK):
                 self.wake(notify.payload)
 
     def close(self) -> None:

@@ -7,11 +7,14 @@ only where workers listen on Redis.
 
 from __future__ import annotations
 
+from functools import cache
+
 from django.db import connections
 
 from .conf import settings
 
 
+@cache
 def has_notify_support() -> bool:
     """Return True if psycopg 3.2+ (``Connection.notifies(timeout=…)``) is importable."""
     try:

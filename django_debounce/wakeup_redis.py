@@ -126,7 +126,7 @@ def publish_after_commit(sender: Any, job: Any, outcome: str, **kwargs: Any) -> 
     later and a coalesced call changes nothing. Does nothing unless the
     wake-up of the job's database is ``"redis"``.
     """
-    if outcome != "created":
+    if outcome != "created" or not settings.redis:
         return
     using = job._state.db or "default"
     if wakeup_mode(using) != "redis":
@@ -149,7 +149,7 @@ class RedisListener(ListenerThread):
         self.pubsub.subscribe(CHANNEL)
         self.on_connected()
         while not self.stopping.is_set():
-            message = self.pubsub.get_message(timeout=1.0)
+            message = self.pubsub.get_message(timeout=0.25)  # then check for a stop
             if message is not None and message.get("type") == "message":
                 data = message["data"]
                 self.wake(data.decode() if isinstance(data, bytes) else str(data))
