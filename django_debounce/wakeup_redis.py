@@ -145,8 +145,13 @@ class RedisListener(ListenerThread):
         super().__init__(event, queues=queues)
 
     def listen(self) -> None:
-        self.pubsub = redis_client(self.alias).pubsub(ignore_subscribe_messages=True)
+        self.pubsub = redis_client(self.alias).pubsub()
         self.pubsub.subscribe(CHANNEL)
+        # Listening only once Redis confirmed the subscription: a message published
+        # before that would not reach this connection.
+        confirmed = self.pubsub.get_message(timeout=5.0)
+        if confirmed is None or confirmed.get("type") != "subscribe":
+            raise ConnectionError(f"no confirmation of SUBSCRIBE {CHANNEL} (got {confirmed!r})")
         self.on_connected()
         while not self.stopping.is_set():
             message = self.pubsub.get_message(timeout=0.25)  # then check for a stop

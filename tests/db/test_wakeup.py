@@ -223,3 +223,59 @@ def test_the_listener_thread_wakes_the_worker_event_for_its_queues_only():
     finally:
         waker.stop()
     assert not waker.is_alive()
+
+
+# -- the Redis publisher (a private redis-server) ------------------------------------------------
+
+
+@pytest.fixture
+def redis_wakeup(settings):
+    from tests.redis_server import running
+
+    for server in running():
+        settings.CACHES = {
+            "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+            "wake": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": server.url},
+        }
+        settings.DEBOUNCE_REDIS = "wake"
+        settings.DEBOUNCE_WAKEUP = "redis"
+        from django_debounce.wakeup_redis import CHANNEL, redis_client
+
+        pubsub = redis_client("wake").pubsub()
+        pubsub.subscribe(CHANNEL)
+        assert pubsub.get_message(timeout=5)["type"] == "subscribe"  # subscribed before enqueues
+
+        def received(wait: float = 0.3) -> list[str]:
+            got = []
+            while (message := pubsub.get_message(timeout=wait)) is not None:
+                got.append(message["data"].decode())
+            return got
+
+        yield received
+        pubsub.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_enqueues_publish_after_commit_once_per_queue_and_transaction(redis_wakeup):
+    stamp.delay("a")
+    stamp.delay("b")
+    assert redis_wakeup() == ["default", "default"]  # autocommit: each at once
+    with transaction.atomic():
+        for i in range(10):
+            stamp.delay(f"bulk-{i}")
+        stamp.apply_async(args=["o"], queue="other")
+        assert redis_wakeup(0.1) == []  # nothing before the commit
+    assert sorted(redis_wakeup()) == ["default", "other"]
+    with transaction.atomic():
+        stamp.delay("rolled back")
+        transaction.set_rollback(True)
+    assert redis_wakeup() == []
+    with transaction.atomic():
+        try:
+            with transaction.atomic():  # a savepoint whose callback is discarded
+                stamp.delay("inner")
+                raise RuntimeError
+        except RuntimeError:
+            pass
+        stamp.delay("outer")  # registers its own callback again
+    assert redis_wakeup() == ["default"]

@@ -9,10 +9,7 @@ medians are printed (``-s`` shows them).
 
 from __future__ import annotations
 
-import shutil
-import socket
 import statistics
-import subprocess
 import time
 
 import pytest
@@ -20,8 +17,9 @@ from django.db import connection
 from django.utils import timezone
 
 from django_debounce.wakeup_redis import PUBLISH_RETRY_AFTER
-from tests.conftest import child_env, require_service
+from tests.conftest import child_env
 from tests.procs import app_name, pg_backends, processes, wait_for
+from tests.redis_server import running
 from tests.testapp.models import CallLog
 from tests.testapp.tasks_wakeup import stamp
 
@@ -104,65 +102,9 @@ def test_the_poll_backstop_sleeps_until_a_deadline_it_saw(tmp_path):
 # -- Redis -------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class PrivateRedis:
-    """A redis-server of this test alone, on a free port; ``stop()``/``start()`` it at will."""
-
-    def __init__(self) -> None:
-        self.port = _free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [
-                "redis-server",
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--daemonize",
-                "no",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        wait_for(self.answers, timeout=10, what="the private redis-server")
-
-    def answers(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
-                sock.sendall(b"PING\r\n")
-                return sock.recv(16).startswith(b"+PONG")
-        except OSError:
-            return False
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(timeout=10)
-            self.proc = None
-
-
 @pytest.fixture
 def private_redis():
-    require_service(shutil.which("redis-server") is not None, "needs redis-server on PATH")
-    server = PrivateRedis()
-    server.start()
-    yield server
-    server.stop()
+    yield from running()
 
 
 def _redis_settings(settings, url: str) -> None:
