@@ -245,7 +245,7 @@ def redis_wakeup(settings):
         pubsub.subscribe(CHANNEL)
         assert pubsub.get_message(timeout=5)["type"] == "subscribe"  # subscribed before enqueues
 
-        def received(wait: float = 0.3) -> list[str]:
+        def received(wait: float = 0.3, pubsub=pubsub) -> list[str]:
             got = []
             while (message := pubsub.get_message(timeout=wait)) is not None:
                 got.append(message["data"].decode())
