@@ -9,7 +9,8 @@ benchmark waits on with ``BLPOP``, so nobody polls the database). For each
 wake-up mode (``notify``: LISTEN/NOTIFY; ``poll``: none, the worker polls every
 ``--poll`` seconds, Django's ``DEBOUNCE_POLL_INTERVAL`` default 1 s) it starts one
 ``run_debounce_worker`` subprocess and, one job at a time with the worker idle
-in between (a random pause of 50–150 ms), measures:
+in between (a random pause of 50 ms plus up to one poll interval, so a job lands at
+a random point of the worker's poll cycle), measures:
 
 * ``due now``: from just before ``delay()`` to the job's first line;
 * ``due later``: ``apply_async(countdown=--later)``; from the job's ``run_at`` to
@@ -76,6 +77,13 @@ def measure(args: argparse.Namespace, mode: str, r: Any) -> dict[str, list[float
     from bench.latencyapp.tasks import stamp
 
     proc = worker(args, mode)
+
+    def pause() -> None:
+        # The worker is idle again, and the job lands at a random point of its poll
+        # cycle (a job's end wakes the worker, which then sleeps a whole poll: a fixed
+        # short pause would always land early in that sleep).
+        time.sleep(0.05 + random.uniform(0, args.poll))
+
     samples: dict[str, list[float]] = {"due now": [], "due later": []}
     try:
         for i in range(5):  # warm up: Django, the connections, the listener
@@ -83,13 +91,13 @@ def measure(args: argparse.Namespace, mode: str, r: Any) -> dict[str, list[float
             wait_start(r, proc, f"warm-{mode}-{i}")
         time.sleep(1.0)
         for i in range(args.samples):
-            time.sleep(random.uniform(0.05, 0.15))  # the worker is idle again
+            pause()
             tag = f"{mode}-now-{i}"
             before = time.time()
             stamp.delay(tag)
             samples["due now"].append((wait_start(r, proc, tag) - before) * 1000)
         for i in range(args.samples):
-            time.sleep(random.uniform(0.05, 0.15))
+            pause()
             tag = f"{mode}-later-{i}"
             job = stamp.apply_async(args=[tag], countdown=args.later)
             samples["due later"].append((wait_start(r, proc, tag) - job.run_at.timestamp()) * 1000)
