@@ -3,14 +3,14 @@
 
     .venv/bin/python bench/enqueue.py                 # 200,000 jobs in the table, 1,000 calls each
     .venv/bin/python bench/enqueue.py --rows 20000 --calls 500
-    .venv/bin/python bench/enqueue.py --without 0005_deadletter_kind --with 0006_wakeup_notify
+    .venv/bin/python bench/enqueue.py --without 0008_job_finished_at_index --with 0006_wakeup_notify
 
 PostgreSQL only; creates and drops its own database (default ``bench_hH_enqueue``).
 The table is first filled with ``--rows`` jobs (the mix of
 ``admin_changelists.py``), so the indexes have a realistic depth. Then, for
 ``--rounds`` rounds, alternately at migration ``--without`` (default
 ``0002_flow_control``) and ``--with`` (default ``0003_admin_indexes``; e.g.
-``0006_wakeup_notify`` against ``0005_deadletter_kind`` for the LISTEN/NOTIFY
+``0006_wakeup_notify`` against ``0008_job_finished_at_index`` for the LISTEN/NOTIFY
 triggers), migrated back and forth on the same table, it times
 ``--calls`` plain enqueues (``Task.delay``, one INSERT each) and ``--calls``
 debounced enqueues over ``--calls // 2`` keys (half open a window, half slide

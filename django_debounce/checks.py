@@ -17,6 +17,8 @@ from django.db import connections
 from .conf import DEFAULTS, parse_auto_retry, parse_max_payload_bytes, parse_queues
 from .durations import parse_duration
 from .exceptions import ConfigurationError
+from .integration_checks import check_metrics, check_task_backends
+from .retention_settings import parse_prune
 
 _DURATIONS = {
     "DEFAULT_WINDOW": "E001",
@@ -187,6 +189,25 @@ def check_dead_letter_auto_retry(app_configs: Any = None, **kwargs: Any) -> list
     return []
 
 
+def check_prune(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """E045: ``DEBOUNCE_PRUNE`` must be None or parse (issue #11, decision 112)."""
+    try:
+        parse_prune(_setting("PRUNE"))
+    except ConfigurationError as exc:
+        return [
+            Error(
+                str(exc),
+                hint=(
+                    'Use None (off) or {"older_than": "7d", "every": "1h", "batch_size": 1000, '
+                    '"dead_letters": False}: durations longer than zero, batch_size an int '
+                    ">= 1, dead_letters a bool, no other keys."
+                ),
+                id="django_debounce.E045",
+            )
+        ]
+    return []
+
+
 def check_max_payload_bytes(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """E014: ``DEBOUNCE_MAX_PAYLOAD_BYTES`` must be an int of at least 1024."""
     try:
@@ -309,10 +330,13 @@ ALL_CHECKS = (
     check_use_tz,
     check_queues,
     check_dead_letter_auto_retry,
+    check_prune,
     check_max_payload_bytes,
     check_enqueue_retries,
     check_backoff_jitter,
+    check_metrics,
     check_unknown_settings,
+    check_task_backends,
 )
 
 

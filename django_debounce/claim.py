@@ -46,6 +46,7 @@ from .claim_rules import Gate, claimable_jobs, current_gates, shed_reason
 from .codel import apply_codel
 from .db_errors import is_contention
 from .lifecycle import shed
+from .log_fields import job_fields
 from .models import Job
 from .outcomes import expire_jobs
 
@@ -234,6 +235,13 @@ def _claim_once(
         job.started_at = now
         job.lease_expires_at = lease_until
         job.attempts += 1
+        logger.debug(
+            "claimed job %s (%s) for %s",
+            job.pk,
+            job.task_name,
+            worker_id,
+            extra=job_fields(job, action="claim", outcome="claimed"),
+        )
     return claim
 
 

@@ -20,6 +20,9 @@ from django.core.signals import setting_changed
 
 from .durations import DurationLike, parse_duration
 from .exceptions import ConfigurationError
+from .auto_retry_settings import AutoRetry, parse_auto_retry
+from .retention_settings import Prune, parse_prune
+from .wakeup_settings import parse_redis_alias, parse_wakeup
 
 #: Defaults for every ``DEBOUNCE_*`` setting (documented in docs/reference/settings.md).
 DEFAULTS: dict[str, Any] = {
@@ -45,15 +48,19 @@ DEFAULTS: dict[str, Any] = {
     # Largest JSON text of one job's args + kwargs (and of its metadata, and of a
     # result), in bytes (docs/reference/settings.md; decision 29 in docs/decisions.md).
     "MAX_PAYLOAD_BYTES": 1024 * 1024,
-    # How an idle worker learns of new work (docs/howto/wakeup.md; decisions 80-84):
-    # "auto", "notify" (PostgreSQL LISTEN/NOTIFY), "redis" (pub/sub) or "poll".
+    # Prometheus metrics (docs/howto/metrics.md): None = on when prometheus_client imports.
+    "METRICS": None,
+    # Histogram buckets, seconds: window opened -> run started, and one attempt's run.
+    "METRICS_DELAY_BUCKETS": (0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600),
+    "METRICS_DURATION_BUCKETS": (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+    # The worker's automatic prune of finished jobs (issue #11; retention_settings.py). None: off.
+    "PRUNE": None,
+    # How an idle worker learns of new work (wakeup_settings.py): auto, notify, redis, poll.
     "WAKEUP": "auto",
-    # A django-redis cache alias (str) the package may use, or None: the Redis wake-up.
+    # A django-redis cache alias (str) the package may use, or None.
     "REDIS": None,
 }
 
-#: The values ``DEBOUNCE_WAKEUP`` accepts (check E020).
-WAKEUP_MODES = ("auto", "notify", "redis", "poll")
 
 #: The smallest ``DEBOUNCE_MAX_PAYLOAD_BYTES`` accepted (check E014): 1 KiB.
 MIN_PAYLOAD_BYTES = 1024
@@ -148,43 +155,6 @@ def parse_queues(value: Any) -> dict[str, CodelSettings]:
     return result
 
 
-def parse_wakeup(value: Any) -> str:
-    """Validate ``DEBOUNCE_WAKEUP`` and return it (decision 80).
-
-    Args:
-        value: one of :data:`WAKEUP_MODES`: ``"auto"`` (LISTEN/NOTIFY on
-            PostgreSQL, else the Redis wake-up when ``DEBOUNCE_REDIS`` is set,
-            else polling), ``"notify"``, ``"redis"`` or ``"poll"``.
-
-    Raises:
-        ConfigurationError: any other value.
-    """
-    if value not in WAKEUP_MODES:
-        raise ConfigurationError(
-            f"DEBOUNCE_WAKEUP={value!r} must be one of {', '.join(map(repr, WAKEUP_MODES))}."
-        )
-    return str(value)
-
-
-def parse_redis_alias(value: Any) -> str | None:
-    """Validate the type of ``DEBOUNCE_REDIS`` and return it: a cache alias or ``None``.
-
-    Whether the alias exists in ``CACHES`` and is a django-redis cache is
-    checked by system checks E023/E024 (decision 82).
-
-    Raises:
-        ConfigurationError: not ``None`` nor a non-empty ``str``.
-    """
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value:
-        raise ConfigurationError(
-            f"DEBOUNCE_REDIS={value!r} must be None or the alias (a str) of a django-redis "
-            'cache in CACHES, e.g. "default".'
-        )
-    return value
-
-
 def parse_max_payload_bytes(value: Any) -> int:
     """Validate ``DEBOUNCE_MAX_PAYLOAD_BYTES`` and return it.
 
@@ -202,6 +172,50 @@ def parse_max_payload_bytes(value: Any) -> int:
             f"{MIN_PAYLOAD_BYTES} (bytes of JSON text), e.g. 1048576 for 1 MiB."
         )
     return value
+
+
+def parse_metrics_enabled(value: Any) -> bool | None:
+    """Validate ``DEBOUNCE_METRICS``: ``None`` (on when prometheus_client imports), True or False.
+
+    Raises:
+        ConfigurationError: anything else (check E040).
+    """
+    if value is not None and not isinstance(value, bool):
+        raise ConfigurationError(
+            f"DEBOUNCE_METRICS={value!r} must be None (metrics on when prometheus_client is "
+            "installed), True (on; the extra django-debounce[prometheus] is required) or False."
+        )
+    return value
+
+
+def parse_buckets(value: Any, *, name: str) -> tuple[float, ...]:
+    """Validate a histogram's bucket bounds: a non-empty sequence of increasing positive seconds.
+
+    Args:
+        value: e.g. ``(0.5, 1, 5)``; ``+Inf`` is added by prometheus_client.
+        name: the setting's name, for the message.
+
+    Raises:
+        ConfigurationError: not a list/tuple of numbers, empty, a bound not
+            positive or not larger than the one before (check E041).
+    """
+    ok = isinstance(value, list | tuple) and bool(value)
+    bounds: list[float] = []
+    if ok:
+        for bound in value:
+            if isinstance(bound, bool) or not isinstance(bound, int | float) or bound <= 0:
+                ok = False
+                break
+            if bounds and bound <= bounds[-1]:
+                ok = False
+                break
+            bounds.append(float(bound))
+    if not ok:
+        raise ConfigurationError(
+            f"{name}={value!r} must be a non-empty list of increasing positive numbers of "
+            "seconds, e.g. [1, 5, 30, 60, 300]."
+        )
+    return tuple(bounds)
 
 
 #: Every parsed value, by setting name, kept until ``setting_changed`` names the setting.
@@ -306,21 +320,30 @@ class Settings:
 
     @property
     def wakeup(self) -> str:
-        """``DEBOUNCE_WAKEUP``: ``"auto"``, ``"notify"``, ``"redis"`` or ``"poll"`` (default ``"auto"``).
-
-        Raises:
-            ConfigurationError: another value (check E020).
-        """
+        """``DEBOUNCE_WAKEUP`` (:func:`~django_debounce.wakeup_settings.parse_wakeup`; E020)."""
         return self._kept("WAKEUP", parse_wakeup)
 
     @property
     def redis(self) -> str | None:
-        """``DEBOUNCE_REDIS``: a django-redis cache alias, or ``None`` (default).
-
-        Raises:
-            ConfigurationError: neither ``None`` nor a non-empty ``str`` (check E023).
-        """
+        """``DEBOUNCE_REDIS`` (:func:`~django_debounce.wakeup_settings.parse_redis_alias`; E023)."""
         return self._kept("REDIS", parse_redis_alias)
+
+    @property
+    def metrics(self) -> bool | None:
+        """``DEBOUNCE_METRICS``: None (on when prometheus_client imports), True or False."""
+        return self._kept("METRICS", parse_metrics_enabled)
+
+    @property
+    def metrics_delay_buckets(self) -> tuple[float, ...]:
+        """``DEBOUNCE_METRICS_DELAY_BUCKETS``: bounds of the debounce delay histogram, seconds."""
+        name = "DEBOUNCE_METRICS_DELAY_BUCKETS"
+        return self._kept("METRICS_DELAY_BUCKETS", lambda value: parse_buckets(value, name=name))
+
+    @property
+    def metrics_duration_buckets(self) -> tuple[float, ...]:
+        """``DEBOUNCE_METRICS_DURATION_BUCKETS``: bounds of the attempt duration histogram."""
+        name = "DEBOUNCE_METRICS_DURATION_BUCKETS"
+        return self._kept("METRICS_DURATION_BUCKETS", lambda value: parse_buckets(value, name=name))
 
     @property
     def use_tz(self) -> bool:
@@ -345,6 +368,16 @@ class Settings:
         return self._kept("DEAD_LETTER_AUTO_RETRY", parse_auto_retry)
 
     @property
+    def prune(self) -> Prune | None:
+        """``DEBOUNCE_PRUNE``: the worker's automatic prune of finished jobs; None: off.
+
+        Raises:
+            ConfigurationError: the setting is malformed (see
+                :func:`~django_debounce.retention_settings.parse_prune`).
+        """
+        return self._kept("PRUNE", parse_prune)
+
+    @property
     def codel(self) -> dict[str, CodelSettings]:
         """``DEBOUNCE_QUEUES``: queue name -> CoDel settings, for queues with CoDel on (§6).
 
@@ -354,71 +387,6 @@ class Settings:
             ConfigurationError: the setting is invalid (see :func:`parse_queues`).
         """
         return self._kept("QUEUES", parse_queues)
-
-
-@dataclass(frozen=True)
-class AutoRetry:
-    """The parsed ``DEBOUNCE_DEAD_LETTER_AUTO_RETRY`` setting (§8, §11).
-
-    Attributes:
-        every: how often a worker runs the sweep (at most once per ``every``,
-            plus once at the start of every ``--burst``).
-        min_age: an entry is retried once it is at least this old
-            (``created_at <= now - min_age``).
-        max_retries: how many automatic retries one job's chain of retries
-            gets: an entry is retried while its ``retry_depth`` is below it.
-    """
-
-    every: timedelta
-    min_age: timedelta
-    max_retries: int
-
-
-#: Values of the keys left out of ``DEBOUNCE_DEAD_LETTER_AUTO_RETRY`` (the contract's example, §11).
-AUTO_RETRY_DEFAULTS: dict[str, Any] = {"every": "10m", "min_age": "10m", "max_retries": 3}
-
-
-def parse_auto_retry(value: Any) -> AutoRetry | None:
-    """Parse ``DEBOUNCE_DEAD_LETTER_AUTO_RETRY`` (§11).
-
-    Args:
-        value: ``None`` (the sweep is off), or a dict with any of the keys
-            ``every`` and ``min_age`` (durations, §2) and ``max_retries``
-            (int >= 1); a key left out takes its value from
-            ``{"every": "10m", "min_age": "10m", "max_retries": 3}``.
-
-    Returns:
-        The parsed setting, or ``None`` when the sweep is off.
-
-    Raises:
-        ConfigurationError: not a dict, an unknown key, a duration that does
-            not parse or is not positive, or ``max_retries`` not an int >= 1.
-    """
-    name = "DEBOUNCE_DEAD_LETTER_AUTO_RETRY"
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise ConfigurationError(
-            f"{name}={value!r} must be None (off) or a dict such as "
-            '{"every": "10m", "min_age": "10m", "max_retries": 3}.'
-        )
-    unknown = sorted(set(value) - set(AUTO_RETRY_DEFAULTS), key=str)
-    if unknown:
-        raise ConfigurationError(
-            f"{name} has unknown key(s) {unknown}; the keys are every, min_age and max_retries."
-        )
-    merged = {**AUTO_RETRY_DEFAULTS, **value}
-    retries = merged["max_retries"]
-    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 1:
-        raise ConfigurationError(
-            f'{name}["max_retries"]={retries!r} must be an int >= 1 (automatic retries along '
-            "one job's chain); set the whole setting to None to turn the sweep off."
-        )
-    return AutoRetry(
-        every=parse_duration(merged["every"], name=f'{name}["every"]'),
-        min_age=parse_duration(merged["min_age"], name=f'{name}["min_age"]'),
-        max_retries=retries,
-    )
 
 
 settings = Settings()

@@ -31,6 +31,7 @@ from .db_errors import is_contention
 from .exceptions import ConfigurationError, EnqueueContentionError
 from .job_ids import storable_ids
 from .lifecycle import CANCELLING_STATUSES
+from .log_fields import job_fields, jobs_fields
 from .models import Job, JobDependency
 from .options import Plan
 from .planning import plan_call
@@ -108,6 +109,13 @@ def enqueue_call(
     now = timezone.now()
     plan = plan_call(task, task_name, args, kwargs, options, now)
     job = write(plan, now)
+    logger.debug(
+        "enqueued job %s (%s): %s",
+        job.pk,
+        task_name,
+        job.outcome,
+        extra=job_fields(job, action="enqueue", outcome=job.outcome),
+    )
     send_signal(job_enqueued, job=job, outcome=job.outcome)
     return job
 
@@ -252,7 +260,7 @@ def _link_dependencies(
             "job %s (%s) created CANCELLED: a dependency had already ended without success",
             job.pk,
             job.task_name,
-            extra={"action": "cancel_dependents", "job_id": job.pk},
+            extra=job_fields(job, action="cancel_dependents", outcome="cancelled"),
         )
 
 
@@ -291,7 +299,7 @@ def _expire_stale(plan: Plan, now: datetime, db: str) -> None:
     logger.info(
         "job(s) %s expired before a worker started them; the new call opens a new job",
         ids,
-        extra={"action": "expire"},
+        extra=jobs_fields(ids, action="expire", outcome="expired"),
     )
 
 

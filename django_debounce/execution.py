@@ -16,6 +16,7 @@ from django.db import DatabaseError, connections, transaction
 
 from . import codec, outcomes, registry
 from .context import JobContext
+from .log_fields import job_fields
 from .models import Job
 from .signals import job_started, send_signal
 
@@ -61,7 +62,7 @@ def run_job(job: Job, *, worker_id: str, using: str, retry_for: timedelta | None
         job.pk,
         job.task_name,
         job.attempts,
-        extra={"action": "start_job", "job_id": job.pk},
+        extra=job_fields(job, action="start_job", outcome="started"),
     )
     send_signal(job_started, job=job)
     try:
@@ -90,7 +91,7 @@ def run_job(job: Job, *, worker_id: str, using: str, retry_for: timedelta | None
             "job %s (%s) raised",
             job.pk,
             job.task_name,
-            extra={"action": "job_error", "job_id": job.pk},
+            extra=job_fields(job, action="job_error", outcome="raised"),
         )
         outcomes.record_failure(
             job,

@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from . import admission, lifecycle
 from .db_errors import retry_transient
+from .log_fields import job_fields
 from .models import DeadLetter, Job
 from .signals import job_dead_lettered, job_finished, send_signal
 from .storable import ascii_text, format_error, format_traceback
@@ -65,7 +66,7 @@ def fail_with_dead_letter(
         job.task_name,
         letter.pk,
         reason[:200],
-        extra={"action": "dead_letter", "job_id": job.pk},
+        extra=job_fields(job, action="dead_letter", outcome="dead_lettered", now=job.finished_at),
     )
     send_signal(job_finished, job=job, status=job.status)
     send_signal(job_dead_lettered, job=job, dead_letter=letter)

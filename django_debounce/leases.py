@@ -19,6 +19,7 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.utils import timezone
 
 from .lifecycle import bury_lapsed
+from .log_fields import job_fields
 from .models import DeadLetter, Job
 from .signals import job_dead_lettered, send_signal
 
@@ -104,7 +105,11 @@ def reclaim_expired_leases(
             job.task_name,
             job.worker_id,
             "requeued" if job.pk in requeue else "dead-lettered",
-            extra={"action": "reclaim", "job_id": job.pk},
+            extra=job_fields(
+                job,
+                action="reclaim",
+                outcome="requeued" if job.pk in requeue else "dead_lettered",
+            ),
         )
     for letter in letters:
         send_signal(job_dead_lettered, job=letter.job, dead_letter=letter)

@@ -32,7 +32,9 @@ from django.db import DEFAULT_DB_ALIAS, transaction
 
 from . import compiled
 from .dead_letter_kinds import SHED_KINDS
+from .log_fields import job_fields, jobs_fields
 from .models import DeadLetter, Job, JobDependency
+from .signals import _job_shed, send_signal
 
 logger = logging.getLogger("django_debounce.lifecycle")
 
@@ -138,7 +140,7 @@ def cancel_dependents(
             "cancelled %d job(s) whose dependency did not succeed: %s",
             len(cancelled),
             cancelled,
-            extra={"action": "cancel_dependents"},
+            extra=jobs_fields(cancelled, action="cancel_dependents", outcome="cancelled"),
         )
     return cancelled
 
@@ -209,9 +211,10 @@ def shed(
 ) -> DeadLetter | None:
     """Mark the READY ``job`` SHED, write its dead letter and cancel its dependents (§6, §8).
 
-    Call it inside the claim transaction that holds the job's row lock. No
-    signal is sent (§9: none for a shed). On success ``job``'s fields are
-    updated in place.
+    Call it inside the claim transaction that holds the job's row lock. None
+    of the lifecycle signals is sent (§9: none for a shed); the observation
+    signal ``_job_shed`` is sent once the transaction commits (decision 106).
+    On success ``job``'s fields are updated in place.
 
     Args:
         job: the READY job to drop.
@@ -241,12 +244,15 @@ def shed(
         letter = new_dead_letter(job, reason=reason, metadata=metadata, now=now, using=using)
         letter.save(using=using)
         cancel_dependents([job.pk], now=now, using=using)
+        transaction.on_commit(
+            lambda: send_signal(_job_shed, job=job, dead_letter=letter), using=using
+        )
     logger.info(
         "shed job %s (%s): %s",
         job.pk,
         job.task_name,
         reason,
-        extra={"action": "shed", "job_id": job.pk},
+        extra=job_fields(job, action="shed", outcome="shed"),
     )
     return letter
 

@@ -147,6 +147,10 @@ class Job(models.Model):
             # admin's exact task-name search uses the task index too.
             models.Index(fields=["queue", "-id"], name="debounce_job_queue"),
             models.Index(fields=["task_name", "-id"], name="debounce_job_task"),
+            # Retention (retention.prune_jobs: WHERE finished_at < cutoff LIMIT n) and the
+            # status command's runs in the last minute (finished_at >= now - 60 s) read a
+            # range of this index; READY and RUNNING jobs have no finished_at (issue #11).
+            models.Index(fields=["finished_at"], name="debounce_job_finished_at"),
         ]
         constraints = [
             # The claimed-job rule (§4.1, §4.5: a claimed job is never changed by an enqueue)

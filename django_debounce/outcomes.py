@@ -41,6 +41,7 @@ from .final_failures import (
     log_discarded_late_run,
     log_refused,
 )
+from .log_fields import job_fields, jobs_fields
 from .models import Job
 from .retry import backoff_delay
 from .signals import job_finished, send_signal
@@ -185,7 +186,9 @@ def bury_unknown_task(
         "so they import it, then run `manage.py retry_dead_letters --reason-prefix "
         "unknown_task:`"
     )
-    logger.error("%s (job %s)", exc, job.pk, extra={"action": "unknown_task", "job_id": job.pk})
+    logger.error(
+        "%s (job %s)", exc, job.pk, extra=job_fields(job, action="unknown_task", outcome="raised")
+    )
     retry_transient(
         lambda: fail_with_dead_letter(
             job,
@@ -213,7 +216,7 @@ def expire_jobs(ids: list[int], *, now: datetime, using: str) -> None:
         "expired %d job(s) not started by their expiry: %s",
         len(ids),
         ids,
-        extra={"action": "expire"},
+        extra=jobs_fields(ids, action="expire", outcome="expired"),
     )
 
 
@@ -246,7 +249,7 @@ def _write_success(
         job.pk,
         job.task_name,
         job.attempts,
-        extra={"action": "job_succeeded", "job_id": job.pk},
+        extra=job_fields(job, action="job_succeeded", outcome="succeeded", now=job.finished_at),
     )
     send_signal(job_finished, job=job, status=job.status)
 
@@ -311,7 +314,7 @@ def _write_failure(
         job.attempts,
         job.max_retries + 1,
         run_at.isoformat(),
-        extra={"action": "job_retry", "job_id": job.pk},
+        extra=job_fields(job, action="job_retry", outcome="retried", now=now),
     )
     send_signal(job_finished, job=job, status=job.status)
 

@@ -27,6 +27,12 @@ job_started = Signal()
 job_finished = Signal()
 job_dead_lettered = Signal()
 
+# Internal, not a public signal: a shed gets no signal (§6, §9). The optional metrics
+# (django_debounce/metrics.py) count sheds through this one; it is sent with
+# ``job`` and ``dead_letter`` once the claim that shed the job committed (decision 106),
+# and may change or go without notice.
+_job_shed = Signal()
+
 
 def send_signal(signal: Signal, **kwargs: Any) -> None:
     """Send ``signal`` with ``sender=Job``; a receiver that raises is logged, never propagated.

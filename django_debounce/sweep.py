@@ -1,4 +1,4 @@
-"""Retrying dead letters in bulk (contract §8, §11): the worker's automatic sweep and the command.
+"""Retrying dead letters in bulk (contract §8, §11), and when a worker sweeps (retry, prune).
 
 :func:`retry_dead_letters` selects dead letters by filters and retries each
 one with :func:`~django_debounce.dead_letters.retry_dead_letter` (what
@@ -32,6 +32,7 @@ from .conf import AutoRetry, settings
 from .dead_letter_kinds import REASON_PREFIXES, RESERVED_KINDS, SHED_KINDS
 from .dead_letters import retry_dead_letter
 from .models import DeadLetter
+from .retention import PruneResult, prune_jobs
 
 logger = logging.getLogger("django_debounce.sweep")
 
@@ -191,16 +192,22 @@ def auto_retry(
 
 
 class SweepSchedule:
-    """When a worker runs the automatic sweep of ``DEBOUNCE_DEAD_LETTER_AUTO_RETRY`` (§8, §11).
+    """When a worker runs its sweeps: dead-letter auto-retry (§8, §11) and prune (issue #11).
 
-    Due at the worker's start (so at the start of every ``--burst``) and then
-    at most once per the setting's ``every``, timed on the package's clock
-    (§4.7). Off while the setting is ``None``. One per worker.
+    Each is due at the worker's start (so at the start of every ``--burst``)
+    and then at most once per its setting's ``every``
+    (``DEBOUNCE_DEAD_LETTER_AUTO_RETRY``, ``DEBOUNCE_PRUNE``), timed on the
+    package's clock (§4.7). Each is off while its setting is ``None``. One
+    schedule per worker.
     """
 
     def __init__(self) -> None:
         self.next_at: datetime | None = None
-        """When the sweep is next due; ``None``: now (it has not run yet)."""
+        """When the dead-letter sweep is next due; ``None``: now (it has not run yet)."""
+        self.next_prune_at: datetime | None = None
+        """When the prune is next due; ``None``: now (it has not run yet)."""
+        self.last_prune: PruneResult | None = None
+        """What the last automatic prune deleted (``None`` before the first)."""
 
     def run_if_due(
         self,
@@ -210,32 +217,67 @@ class SweepSchedule:
         stopping: threading.Event,
         renew: Callable[[], None],
     ) -> SweepResult | None:
-        """Run :func:`auto_retry` if it is due; return its result, or ``None`` if it did not run.
+        """Run the prune and :func:`auto_retry` when due; return the latter's result, or ``None``.
 
-        The sweep runs on the worker's loop thread, which also renews the
-        leases of the jobs it runs: between entries, once a third of ``lease``
-        (a duration) has passed, ``renew()`` is called (it renews them, or
-        does nothing when none runs), and the sweep stops once ``stopping`` is
-        set, so a sweep through a large backlog never lets a lease lapse (a
-        lapsed lease is a rerun, §7).
+        Both run on the worker's loop thread, which also renews the leases of
+        the jobs it runs: between entries (or batches), once a third of
+        ``lease`` (a duration) has passed, ``renew()`` is called (it renews
+        them, or does nothing when none runs), and the sweep stops once
+        ``stopping`` is set, so a sweep through a large backlog never lets a
+        lease lapse (a lapsed lease is a rerun, §7).
         """
+        self._prune_if_due(using=using, progress=_lease_keeping(lease, stopping, renew))
         config = settings.dead_letter_auto_retry
         if config is None:
             return None
         now = timezone.now()
         if self.next_at is not None and now < self.next_at:
             return None
-        renew_at = now + lease / 3
-
-        def progress() -> bool:
-            nonlocal renew_at
-            if stopping.is_set():
-                return False
-            if timezone.now() >= renew_at:
-                renew()
-                renew_at = timezone.now() + lease / 3
-            return True
-
-        result = auto_retry(config, using=using, progress=progress)
+        result = auto_retry(config, using=using, progress=_lease_keeping(lease, stopping, renew))
         self.next_at = now + config.every
         return result
+
+    def _prune_if_due(self, *, using: str, progress: Callable[[], bool]) -> None:
+        """Run :func:`~django_debounce.retention.prune_jobs` per ``DEBOUNCE_PRUNE`` when due."""
+        config = settings.prune
+        if config is None:
+            return
+        now = timezone.now()
+        if self.next_prune_at is not None and now < self.next_prune_at:
+            return
+        self.last_prune = result = prune_jobs(
+            older_than=config.older_than,
+            batch_size=config.batch_size,
+            dead_letters=config.dead_letters,
+            now=now,
+            using=using,
+            progress=lambda deleted: progress(),
+        )
+        self.next_prune_at = now + config.every
+        logger.info(
+            "prune: deleted %d finished job(s) and %d dead letter(s) in %d batch(es); "
+            "kept %d a waiting job depends on",
+            result.jobs,
+            result.dead_letters,
+            result.batches,
+            result.kept_dependencies,
+            extra={"action": "prune"},
+        )
+
+
+def _lease_keeping(
+    lease: timedelta, stopping: threading.Event, renew: Callable[[], None]
+) -> Callable[[], bool]:
+    """Return a ``progress()`` that renews leases every ``lease / 3`` and is False once stopping."""
+    renew_at = timezone.now() + lease / 3
+
+    def progress() -> bool:
+        nonlocal renew_at
+        if stopping.is_set():
+            return False
+        if timezone.now() >= renew_at:
+            renew()
+            renew_at = timezone.now() + lease / 3
+        return True
+
+    return progress

@@ -16,8 +16,9 @@ from django.conf import settings as django_settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import DatabaseError, connections, router
 
-from .conf import DEFAULTS, WAKEUP_MODES
+from .conf import DEFAULTS
 from .wakeup_modes import has_notify_support
+from .wakeup_settings import WAKEUP_MODES
 
 #: The cache backend DEBOUNCE_REDIS must name (check E024).
 DJANGO_REDIS_BACKEND = "django_redis.cache.RedisCache"

@@ -27,6 +27,7 @@ from django.utils import timezone
 
 from . import lifecycle
 from .job_ids import storable_ids
+from .log_fields import jobs_fields
 from .models import Job
 
 logger = logging.getLogger("django_debounce.windows")
@@ -200,5 +201,10 @@ def cancel(
             dependents = lifecycle.cancel(done, now=now, using=using)
         result = _result(ids, done, using, dependents)
     if done:
-        logger.info("cancelled %d job(s): %s", len(done), done, extra={"action": "window_cancel"})
+        logger.info(
+            "cancelled %d job(s): %s",
+            len(done),
+            done,
+            extra=jobs_fields(done, action="window_cancel", outcome="cancelled"),
+        )
     return result

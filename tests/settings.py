@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from importlib.util import find_spec
 from pathlib import Path
 
 import dj_database_url
@@ -34,6 +35,19 @@ INSTALLED_APPS = [
     "tests.testapp",
     "example_project.docs",
 ]
+# Django's tasks framework runs on DebounceBackend (tests/testapp/tasks_django.py):
+# django.tasks on Django 6.0+, the django-tasks backport (test dependency group) on 5.2.
+if django.VERSION < (6, 0) and find_spec("django_tasks") is not None:
+    INSTALLED_APPS.append("django_tasks")
+TASKS = {
+    "default": {
+        "BACKEND": os.environ.get(
+            "DEBOUNCE_TEST_TASKS_BACKEND", "django_debounce.backends.DebounceBackend"
+        ),
+        "QUEUES": ["default", "django"],
+        **json.loads(os.environ.get("DEBOUNCE_TEST_TASKS_EXTRA", "{}")),
+    }
+}
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",

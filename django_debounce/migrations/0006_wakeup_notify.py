@@ -64,6 +64,6 @@ def _run(statements: list[str]) -> Any:
 
 
 class Migration(migrations.Migration):
-    dependencies = [("django_debounce", "0005_deadletter_kind")]
+    dependencies = [("django_debounce", "0008_job_finished_at_index")]
 
     operations = [migrations.RunPython(_run(FORWARD), _run(BACKWARD), elidable=False)]

@@ -8,6 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from django_debounce.conf import settings
 from django_debounce.exceptions import ConfigurationError
 from django_debounce.management.arguments import positive_float, positive_int
 from django_debounce.validators import check_queue
@@ -50,6 +51,28 @@ def queue_name(value: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _serve_metrics(port: int | None, addr: str) -> Any:
+    """Start the metrics server of ``--metrics-port`` (None: no port given, nothing started)."""
+    if port is None:
+        return None
+    try:
+        port = positive_int(str(port))
+        from django_debounce import metrics
+    except argparse.ArgumentTypeError as exc:
+        raise CommandError(f"argument --metrics-port: {exc}") from None
+    except ImportError:
+        raise CommandError(
+            "--metrics-port needs prometheus_client: pip install 'django-debounce[prometheus]'."
+        ) from None
+    if settings.metrics is False:
+        raise CommandError("--metrics-port: metrics are off (DEBOUNCE_METRICS = False).")
+    metrics.install()  # counts even if DjangoDebounceConfig.ready skipped it (idempotent)
+    try:
+        return metrics.serve(port, addr)
+    except OSError as exc:
+        raise CommandError(f"--metrics-port: cannot serve on {addr}:{port}: {exc}") from None
+
+
 class Command(BaseCommand):
     help = "Run due django_debounce jobs (SIGTERM/SIGINT: finish running jobs, then exit)."
 
@@ -80,6 +103,17 @@ class Command(BaseCommand):
             help="Seconds between polls when idle (default DEBOUNCE_POLL_INTERVAL, 1.0).",
         )
         parser.add_argument("--worker-id", default=None, help="Identity recorded on claimed jobs.")
+        parser.add_argument(
+            "--metrics-port",
+            type=positive_int,
+            default=None,
+            help="Serve Prometheus metrics over HTTP on this port (docs/howto/metrics.md).",
+        )
+        parser.add_argument(
+            "--metrics-addr",
+            default="0.0.0.0",
+            help="Address the metrics server binds (default 0.0.0.0; 127.0.0.1: this host only).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         # call_command() hands keyword options over without argparse's type= checks.
@@ -103,6 +137,8 @@ class Command(BaseCommand):
                 queue_name(queue)
             except argparse.ArgumentTypeError as exc:
                 raise CommandError(f"argument --queue: {exc}") from None
+        # A daemon thread: it stops with the process (metrics.serve; docs/howto/metrics.md).
+        _serve_metrics(options.get("metrics_port"), options.get("metrics_addr", "0.0.0.0"))
         Worker(
             queues=queues,
             concurrency=options["concurrency"],

@@ -15,6 +15,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
+from ... import plot
 from ...events import Event, builtin_events, load_events
 from ...replay import ReplayError, Summary, replay_real_time, replay_virtual, reset
 
@@ -120,14 +121,40 @@ class Command(BaseCommand):
         parser.add_argument(
             "--no-progress", action="store_true", help="Do not show a progress bar."
         )
+        parser.add_argument(
+            "--plot",
+            type=Path,
+            default=None,
+            metavar="FILE.png",
+            help="--virtual: draw the busiest folders' timelines and calls vs runs per hour "
+            "into this PNG (needs matplotlib: the 'plot' extra).",
+        )
+        parser.add_argument(
+            "--plot-keys",
+            type=positive_int,
+            default=8,
+            help="--plot: folders drawn, the busiest in the stretch shown (default 8).",
+        )
+        parser.add_argument(
+            "--plot-hours",
+            type=positive_float,
+            default=24.0,
+            help="--plot: hours shown: the stretch with the most runs forced by the max wait, else the most calls (default 24).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         window, max_wait = options["window"], options["max_wait"]
         if max_wait < window:
             raise CommandError(f"--max-wait {max_wait:g} is shorter than --window {window:g}.")
+        if options["plot"] is not None and options["mode"] != "virtual":
+            raise CommandError(
+                "--plot draws a --virtual replay (its job times are the trace's times)."
+            )
         events = self._events(options["events"], options["limit"])
         if not events:
             raise CommandError("no events to replay")
+        if options["plot"] is not None:
+            plot.load_matplotlib()  # refuse before replaying, not after
         jobs, builds = reset()
         if jobs or builds:
             self.stdout.write(
@@ -181,6 +208,21 @@ class Command(BaseCommand):
         )
         for line in summary.lines():
             self.stdout.write(line)
+        if options["plot"] is not None:
+            self._plot(events, options["plot"], options["plot_keys"], options["plot_hours"])
+
+    def _plot(self, events: list[Event], path: Path, keys: int, hours: float) -> None:
+        try:
+            info = plot.draw(
+                sorted(events, key=lambda e: e.timestamp), path, keys=keys, span_hours=hours
+            )
+        except (plot.PlotError, OSError) as exc:
+            raise CommandError(f"--plot {path}: {exc}") from exc
+        self.stdout.write(
+            f"Drew {path} ({info.size[0]}x{info.size[1]} px): {len(info.keys)} folders, "
+            f"{info.start:%Y-%m-%d %H:%M} to {info.end:%Y-%m-%d %H:%M} UTC, "
+            f"{info.calls:,} calls, {info.runs:,} runs"
+        )
 
     def _events(self, path: Path | None, limit: int | None) -> list[Event]:
         if path is None:

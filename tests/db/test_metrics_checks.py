@@ -1,0 +1,88 @@
+"""System checks E040–E043: the metrics settings and environment (docs/reference/checks.md)."""
+
+from __future__ import annotations
+
+import importlib.util
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError, SystemCheckError
+
+from django_debounce import checks
+
+
+def test_defaults_pass(settings):
+    assert checks.check_metrics() == []
+
+
+@pytest.mark.parametrize("value", ["yes", 1, {"enabled": True}])
+def test_e040_metrics_must_be_none_true_or_false(settings, value):
+    settings.DEBOUNCE_METRICS = value
+    (message,) = checks.check_metrics()
+    assert message.id == "django_debounce.E040"
+    assert "DEBOUNCE_METRICS" in message.msg and repr(value) in message.msg
+
+
+@pytest.mark.parametrize("value", [None, True, False])
+def test_e040_accepts_none_true_false(settings, value):
+    settings.DEBOUNCE_METRICS = value
+    assert checks.check_metrics() == []
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("METRICS_DELAY_BUCKETS", []),
+        ("METRICS_DELAY_BUCKETS", [5, 1]),
+        ("METRICS_DURATION_BUCKETS", [0, 1]),
+        ("METRICS_DURATION_BUCKETS", "1,2"),
+        ("METRICS_DURATION_BUCKETS", [1, True]),
+    ],
+)
+def test_e041_buckets_are_increasing_positive_seconds(settings, name, value):
+    setattr(settings, f"DEBOUNCE_{name}", value)
+    (message,) = checks.check_metrics()
+    assert message.id == "django_debounce.E041"
+    assert f"DEBOUNCE_{name}" in message.msg
+
+
+def test_e042_metrics_on_without_prometheus_client(settings, monkeypatch):
+    settings.DEBOUNCE_METRICS = True
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "prometheus_client" else real(name, *a),
+    )
+    (message,) = checks.check_metrics()
+    assert message.id == "django_debounce.E042"
+    assert "django-debounce[prometheus]" in message.hint
+    settings.DEBOUNCE_METRICS = None  # on only when it is installed: no error
+    assert checks.check_metrics() == []
+
+
+def test_e043_multiproc_dir_must_be_a_writable_directory(settings, monkeypatch, tmp_path):
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path / "missing"))
+    (message,) = checks.check_metrics()
+    assert message.id == "django_debounce.E043"
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    assert checks.check_metrics() == []
+    settings.DEBOUNCE_METRICS = False  # metrics off: the directory does not matter
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path / "missing"))
+    assert checks.check_metrics() == []
+
+
+@pytest.mark.django_db
+def test_check_command_fails_on_a_metrics_error(settings):
+    settings.DEBOUNCE_METRICS_DELAY_BUCKETS = [3, 2, 1]
+    with pytest.raises(SystemCheckError, match="django_debounce.E041"):
+        call_command("check", stdout=StringIO(), stderr=StringIO())
+
+
+def test_worker_refuses_a_metrics_port_when_metrics_are_off(settings):
+    settings.DEBOUNCE_METRICS = False
+    with pytest.raises(CommandError, match="DEBOUNCE_METRICS = False"):
+        call_command("run_debounce_worker", burst=True, metrics_port=9)
+    with pytest.raises(CommandError, match="--metrics-port"):
+        call_command("run_debounce_worker", burst=True, metrics_port=0)

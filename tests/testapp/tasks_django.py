@@ -1,0 +1,154 @@
+"""Django's own ``@task`` functions on ``DebounceBackend`` (issue #10 item 4).
+
+``tests/settings.py`` sets ``TASKS["default"]`` to the backend, so each
+``@task`` here is registered as ``tests.testapp.tasks_django.<name>`` when
+this module is imported (by ``tasks.py``, at app start: the worker too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any
+
+from django.utils import timezone
+
+from tests.testapp.models import CallLog
+
+try:  # Django 6.0+
+    from django.tasks import task
+except ImportError:  # Django 5.2: the django-tasks backport
+    from django_tasks import task
+
+
+def _log(name: str, key: str, payload: dict[str, Any]) -> CallLog:
+    now = timezone.now()
+    return CallLog.objects.create(
+        task=name, key=key, payload=payload, pid=os.getpid(), started_at=now, finished_at=now
+    )
+
+
+@task
+def add(a: int, b: int) -> int:
+    """A plain Django task: returns the sum, records the call."""
+    _log("dj.add", "", {"args": [a, b]})
+    return a + b
+
+
+@task(priority=10, queue_name="django")
+def on_django_queue(tag: str) -> str:
+    _log("dj.queue", tag, {})
+    return tag
+
+
+@task(debounce="10s", debounce_key="report:{user_id}", debounce_max_wait="60s")
+def report(user_id: int, revision: int = 0) -> dict[str, int]:
+    """Debounced: one run per quiet 10 s per user, at most 60 s after the window opened."""
+    _log("dj.report", str(user_id), {"revision": revision})
+    return {"user_id": user_id, "revision": revision}
+
+
+@task(
+    debounce="10s",
+    debounce_key="latest:{0}",
+    debounce_max_wait="60s",
+    debounce_replace_payload=True,
+)
+def report_latest(user_id: int, revision: int = 0) -> int:
+    """Debounced, running with the newest call's arguments."""
+    _log("dj.report_latest", str(user_id), {"revision": revision})
+    return revision
+
+
+@task(debounce="1s", debounce_key="slow:{0}", debounce_max_wait="10s")
+def slow_report(user_id: int, seconds: float, revision: int = 0) -> int:
+    """Debounced with a short window; sleeps ``seconds`` (real time) while it runs."""
+    log = CallLog.objects.create(
+        task="dj.slow_report",
+        key=str(user_id),
+        payload={"revision": revision},
+        pid=os.getpid(),
+        started_at=timezone.now(),
+    )
+    time.sleep(seconds)
+    log.finished_at = timezone.now()
+    log.save(update_fields=["finished_at"])
+    return revision
+
+
+@task(max_retries=1, min_backoff="1s", max_backoff="1s")
+def always_fails(tag: str) -> None:
+    """Raise every time: one retry, then FAILED with a dead letter."""
+    _log("dj.fails", tag, {})
+    raise ValueError(f"boom {tag}")
+
+
+@task(takes_context=True)
+def with_context(context: Any, tag: str) -> dict[str, Any]:
+    """Return what Django's TaskContext says about this run."""
+    _log("dj.context", tag, {})
+    return {
+        "attempt": context.attempt,
+        "id": context.task_result.id,
+        "status": str(context.task_result.status),
+        "context": type(context).__name__,
+    }
+
+
+@task
+async def async_add(a: int, b: int) -> int:
+    """An ``async def`` Django task."""
+    await asyncio.sleep(0)
+    return a + b
+
+
+@task(expires="1h")
+def expiring(tag: str) -> None:
+    _log("dj.expiring", tag, {})
+
+
+# -- the conformance scenarios under a real worker (tests/processes/test_conformance_django_tasks.py)
+
+
+def _run_log(name: str, key: str, payload: dict[str, Any], seconds: float = 0.0) -> None:
+    log = CallLog.objects.create(
+        task=name, key=key, payload=payload, pid=os.getpid(), started_at=timezone.now()
+    )
+    if seconds:
+        time.sleep(seconds)
+    log.finished_at = timezone.now()
+    log.save(update_fields=["finished_at"])
+
+
+@task(debounce="1s", debounce_key="conf:{0}", debounce_max_wait="3s")
+def conf_window(key: str, revision: int) -> int:
+    """Window 1 s, ceiling 3 s; records the payload it ran with."""
+    _run_log("dj.conf_window", key, {"revision": revision})
+    return revision
+
+
+@task(
+    debounce="1s",
+    debounce_key="conf-latest:{0}",
+    debounce_max_wait="3s",
+    debounce_replace_payload=True,
+)
+def conf_latest(key: str, revision: int) -> int:
+    """As ``conf_window``, running with the newest call's payload."""
+    _run_log("dj.conf_latest", key, {"revision": revision})
+    return revision
+
+
+@task(debounce="300ms", debounce_key="conf-slow:{0}", debounce_max_wait="5s")
+def conf_slow(key: str, revision: int, seconds: float) -> int:
+    """A short window and a run that takes ``seconds``."""
+    _run_log("dj.conf_slow", key, {"revision": revision}, seconds)
+    return revision
+
+
+@task(max_retries=1, min_backoff="500ms", max_backoff="500ms")
+def conf_fails(key: str) -> None:
+    """Raise on every run: one retry, then a dead letter."""
+    _run_log("dj.conf_fails", key, {})
+    raise RuntimeError(f"conformance failure {key}")
