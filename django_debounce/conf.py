@@ -18,9 +18,9 @@ from typing import Any, TypeVar
 from django.conf import settings as django_settings
 from django.core.signals import setting_changed
 
+from .auto_retry_settings import AutoRetry, parse_auto_retry
 from .durations import DurationLike, parse_duration
 from .exceptions import ConfigurationError
-from .auto_retry_settings import AutoRetry, parse_auto_retry
 from .retention_settings import Prune, parse_prune
 from .wakeup_settings import parse_redis_alias, parse_wakeup
 
