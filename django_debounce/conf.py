@@ -18,7 +18,9 @@ from typing import Any, TypeVar
 from django.conf import settings as django_settings
 from django.core.signals import setting_changed
 
-from .auto_retry_settings import AutoRetry, parse_auto_retry
+# Re-exported: callers import these two from conf, as before the move.
+from .auto_retry_settings import AutoRetry as AutoRetry
+from .auto_retry_settings import parse_auto_retry as parse_auto_retry
 from .durations import DurationLike, parse_duration
 from .exceptions import ConfigurationError
 from .retention_settings import Prune, parse_prune
