@@ -15,13 +15,16 @@ from .checks import register_checks
 from .conf import settings
 from .exceptions import ConfigurationError
 from .integration_checks import TASK_MODULE_ERRORS
+from .signals import job_enqueued
+from .wakeup_checks import register_wakeup_checks
+from .wakeup_redis import publish_after_commit
 
 if TYPE_CHECKING:
     from .models import DeadLetter, Job
 
 
 class DjangoDebounceConfig(AppConfig):
-    """Registers the system checks, imports every installed app's ``tasks`` module, connects metrics."""
+    """Registers the checks and the Redis wake-up publisher, imports each app's ``tasks``, metrics."""
 
     name = "django_debounce"
     label = "django_debounce"
@@ -30,6 +33,9 @@ class DjangoDebounceConfig(AppConfig):
 
     def ready(self) -> None:
         register_checks()
+        register_wakeup_checks()
+        # Publishes nothing unless the wake-up is "redis" (decision 82).
+        job_enqueued.connect(publish_after_commit, dispatch_uid="django_debounce.wakeup_redis")
         import_tasks_modules()
         if _metrics_wanted():
             from .metrics import install

@@ -24,6 +24,7 @@ from .metrics_settings import parse_buckets, parse_metrics_enabled
 from .queue_settings import CODEL_KEYS, QUEUE_KEYS, CodelSettings, parse_queues
 from .redis_settings import parse_redis_alias
 from .retention_settings import Prune, parse_prune
+from .wakeup_settings import parse_wakeup
 
 __all__ = [
     "AUTO_RETRY_DEFAULTS",
@@ -79,9 +80,12 @@ DEFAULTS: dict[str, Any] = {
     "METRICS_DURATION_BUCKETS": (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
     # The worker's automatic prune of finished jobs (issue #11; retention_settings.py). None: off.
     "PRUNE": None,
-    # django-redis cache alias holding rate-limit buckets (docs/howto/redis.md). None: the DB.
+    # How an idle worker learns of new work (wakeup_settings.py): auto, notify, redis, poll.
+    "WAKEUP": "auto",
+    # django-redis cache alias: rate-limit buckets (redis_settings.py) and the Redis wake-up.
     "REDIS": None,
 }
+
 
 #: The smallest ``DEBOUNCE_MAX_PAYLOAD_BYTES`` accepted (check E014): 1 KiB.
 MIN_PAYLOAD_BYTES = 1024
@@ -215,6 +219,11 @@ class Settings:
             ConfigurationError: the setting is invalid (see :func:`parse_max_payload_bytes`).
         """
         return self._kept("MAX_PAYLOAD_BYTES", parse_max_payload_bytes)
+
+    @property
+    def wakeup(self) -> str:
+        """``DEBOUNCE_WAKEUP`` (:func:`~django_debounce.wakeup_settings.parse_wakeup`; E020)."""
+        return self._kept("WAKEUP", parse_wakeup)
 
     @property
     def redis(self) -> str | None:

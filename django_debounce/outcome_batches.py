@@ -40,6 +40,7 @@ from django.utils import timezone
 
 from .db_errors import is_transient, retry_transient
 from .final_failures import log_discarded_late_run
+from .log_fields import job_fields
 from .models import Job
 from .outcomes import record_success
 from .signals import job_finished, send_signal
@@ -293,7 +294,9 @@ class SuccessBatch:
                 job.pk,
                 job.task_name,
                 job.attempts,
-                extra={"action": "job_succeeded", "job_id": job.pk},
+                extra=job_fields(
+                    job, action="job_succeeded", outcome="succeeded", now=job.finished_at
+                ),
             )
             send_signal(job_finished, job=job, status=job.status)
         return len(hit)

@@ -36,7 +36,7 @@ from django.db import (
     router,
 )
 
-from . import leases, outcomes
+from . import leases, outcomes, wakeup
 from .claim import claim_batch
 from .conf import settings
 from .connection_upkeep import close_dropped_connections, upkeep_loop_connection
@@ -296,6 +296,10 @@ class Worker(WorkerStop):
         next_renew = time.monotonic() + renew_every
         failures = 0
         idle = True  # the last poll claimed nothing and no job was running
+        # Wakes the loop when a job is enqueued (LISTEN/NOTIFY or Redis; decision 80).
+        waker = wakeup.start_wakeup(
+            self._wake, queues=self.queues, using=self.using, listen=not self.burst
+        )
         try:
             while not self._stopping.is_set():
                 claimed: list[Job] = []
@@ -303,7 +307,10 @@ class Worker(WorkerStop):
                 capacity = self._claim_capacity()
                 try:
                     upkeep_loop_connection(
-                        self.using, idle=idle, unused_for=time.monotonic() - self._loop_used_at
+                        self.using,
+                        # A listening worker keeps its connection to claim at once (decision 84).
+                        idle=idle and not waker.listens,
+                        unused_for=time.monotonic() - self._loop_used_at,
                     )
                     self._maintain()
                     if self._held_ids() and time.monotonic() >= next_renew:
@@ -351,14 +358,15 @@ class Worker(WorkerStop):
                 ):
                     return
                 full = bool(claimed) and len(claimed) == capacity
-                self._wait(
-                    self._successes.cap_wait(
-                        renew_every
-                        if (full or self.burst)
-                        else min(self.poll_interval, renew_every)
-                    )
+                timeout = (
+                    renew_every if (full or self.burst) else min(self.poll_interval, renew_every)
                 )
+                if capacity and not (full or self.burst):
+                    # A free thread sleeps until the next deadline, at most a poll (decision 83).
+                    timeout = wakeup.idle_timeout(timeout, queues=self.queues, using=self.using)
+                self._wait(self._successes.cap_wait(timeout))
         finally:
+            waker.stop()
             self._drain(threads)
 
     def _wait(self, timeout: float) -> None:

@@ -149,3 +149,17 @@ if os.environ.get("DEBOUNCE_TEST_NO_LOGGING"):  # a project that configures no l
 elif os.environ.get("DEBOUNCE_TEST_LOG_STDERR"):  # subprocess workers: log to the captured stderr
     LOGGING["handlers"]["stderr"] = {"class": "logging.StreamHandler"}
     LOGGING["loggers"]["django_debounce"]["handlers"] = ["stderr"]
+
+# Wake-up tests give worker subprocesses a wake-up and a private Redis (docs/howto/wakeup.md).
+if os.environ.get("DEBOUNCE_TEST_WAKEUP"):
+    DEBOUNCE_WAKEUP = os.environ["DEBOUNCE_TEST_WAKEUP"]
+if os.environ.get("DEBOUNCE_TEST_REDIS_URL"):
+    CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+        "wake": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": os.environ["DEBOUNCE_TEST_REDIS_URL"],
+            "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 1, "SOCKET_TIMEOUT": 2},
+        },
+    }
+    DEBOUNCE_REDIS = "wake"

@@ -1,0 +1,132 @@
+"""System checks of the wake-up settings (ids E020–E022, W010–W012; ``DEBOUNCE_REDIS`` itself: E035–E039 in redis_settings; docs/reference/checks.md).
+
+``DEBOUNCE_WAKEUP`` and ``DEBOUNCE_REDIS`` (decisions 80, 82), checked
+against the database the jobs are written to and ``CACHES``. W011 reads the
+database (the LISTEN/NOTIFY triggers of migration 0006) and so runs only
+with ``manage.py check --database default`` (Django's ``database`` tag).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.apps import apps
+from django.conf import settings as django_settings
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.db import DatabaseError, connections, router
+
+from .conf import DEFAULTS
+from .wakeup_modes import has_notify_support
+from .wakeup_settings import WAKEUP_MODES
+
+#: The cache backend DEBOUNCE_REDIS must name (check E024).
+DJANGO_REDIS_BACKEND = "django_redis.cache.RedisCache"
+#: The triggers of migration 0007_wakeup_notify (check W011).
+TRIGGERS = ("django_debounce_wakeup_insert", "django_debounce_wakeup_update")
+
+
+def _setting(name: str) -> Any:
+    return getattr(django_settings, f"DEBOUNCE_{name}", DEFAULTS[name])
+
+
+def _jobs_alias() -> str:
+    return router.db_for_write(apps.get_model("django_debounce", "Job")) or "default"
+
+
+def _mode() -> str | None:
+    value = _setting("WAKEUP")
+    return value if value in WAKEUP_MODES else None
+
+
+def check_wakeup(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """E020–E022, W010, W012: ``DEBOUNCE_WAKEUP`` and what it needs."""
+    value = _setting("WAKEUP")
+    mode = _mode()
+    if mode is None:
+        return [
+            Error(
+                f"DEBOUNCE_WAKEUP={value!r} is not a wake-up.",
+                hint=f"Use one of {', '.join(map(repr, WAKEUP_MODES))} (docs/howto/wakeup.md).",
+                id="django_debounce.E020",
+            )
+        ]
+    messages: list[CheckMessage] = []
+    alias = _jobs_alias()
+    postgres = connections[alias].vendor == "postgresql"
+    if mode == "notify" and not postgres:
+        messages.append(
+            Error(
+                f'DEBOUNCE_WAKEUP = "notify" needs PostgreSQL; database {alias!r} is '
+                f"{connections[alias].vendor}.",
+                hint='Use "redis" with DEBOUNCE_REDIS, "auto" or "poll" (docs/howto/wakeup.md).',
+                id="django_debounce.E021",
+            )
+        )
+    if mode == "redis" and not _setting("REDIS"):
+        messages.append(
+            Error(
+                'DEBOUNCE_WAKEUP = "redis" needs DEBOUNCE_REDIS, the alias of a django-redis cache.',
+                hint='Set DEBOUNCE_REDIS = "default" (a cache in CACHES), or another wake-up.',
+                id="django_debounce.E022",
+            )
+        )
+    if mode in ("auto", "notify") and postgres:
+        if not has_notify_support():
+            messages.append(
+                Warning(
+                    "The LISTEN/NOTIFY wake-up needs psycopg 3.2 or later; workers will poll.",
+                    hint='pip install "psycopg>=3.2" (or "django-debounce[postgres]").',
+                    id="django_debounce.W010",
+                )
+            )
+        if connections[alias].settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"):
+            messages.append(
+                Warning(
+                    f"Database {alias!r} sets DISABLE_SERVER_SIDE_CURSORS, as for a PgBouncer in "
+                    "transaction pooling mode, where LISTEN receives nothing: workers would "
+                    "wake only by polling.",
+                    hint="Connect workers to PostgreSQL directly or in session pooling mode, or set "
+                    'DEBOUNCE_WAKEUP = "poll" (or "redis"); silence this if there is no such pooler.',
+                    id="django_debounce.W012",
+                )
+            )
+    return messages
+
+
+def check_notify_triggers(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """W011 (database): the LISTEN/NOTIFY wake-up is on but its triggers are missing."""
+    databases = kwargs.get("databases") or []
+    alias = _jobs_alias()
+    if alias not in databases or _mode() not in ("auto", "notify"):
+        return []
+    connection = connections[alias]
+    if connection.vendor != "postgresql":
+        return []
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_trigger WHERE tgname IN (%s, %s) AND NOT tgisinternal",
+                list(TRIGGERS),
+            )
+            found = int(cursor.fetchone()[0])
+    except DatabaseError:  # no database yet: migrate reports it
+        return []
+    if found == len(TRIGGERS):
+        return []
+    return [
+        Warning(
+            f"The LISTEN/NOTIFY triggers of django_debounce are missing on database {alias!r}; "
+            "idle workers wake only by polling.",
+            hint="Run manage.py migrate django_debounce (migration 0007_wakeup_notify).",
+            id="django_debounce.W011",
+        )
+    ]
+
+
+def register_wakeup_checks() -> None:
+    """Register the wake-up checks (``AppConfig.ready``); registering twice is harmless."""
+    register(check_wakeup)
+    register(check_notify_triggers, Tags.database)
+
+
+__all__ = ["check_notify_triggers", "check_wakeup", "register_wakeup_checks"]
