@@ -12,8 +12,9 @@ ORM path in :mod:`django_debounce.enqueueing`.
 
 from __future__ import annotations
 
-from datetime import datetime
-from functools import cache
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections
@@ -62,9 +63,14 @@ _CONSTANTS = {
 }
 
 
-@cache
-def _sql(vendor: str, replace_payload: bool) -> tuple[str, tuple[str, ...]]:
-    """Return the upsert statement and the attnames of its parameters, in order."""
+@lru_cache(maxsize=64)
+def _sql(vendor: str, replace_payload: bool, rows: int = 0) -> tuple[str, tuple[str, ...]]:
+    """Return the upsert statement and the attnames of its parameters, in order (one row's).
+
+    ``rows=0``: one call's statement. ``rows=N``: the bulk statement of N
+    windows (:func:`slide_or_insert_many`), whose ``enqueue_count`` is a
+    parameter, the number of calls of the batch on that key, added on a slide.
+    """
     table = Job._meta.db_table
     fields = _fields()
     columns, values, params = [], [], []
@@ -72,14 +78,15 @@ def _sql(vendor: str, replace_payload: bool) -> tuple[str, tuple[str, ...]]:
         if f.primary_key:
             continue
         columns.append(f'"{f.column}"')
-        if f.attname in _CONSTANTS:
+        if f.attname in _CONSTANTS and not (rows and f.attname == "enqueue_count"):
             values.append(_CONSTANTS[f.attname])
         else:
             values.append("%s")
             params.append(f.attname)
+    added = 'EXCLUDED."enqueue_count"' if rows else "1"
     sets = [
         f'"run_at" = {_LEAST[vendor]}(EXCLUDED."run_at", "{table}"."max_run_at")',
-        f'"enqueue_count" = "{table}"."enqueue_count" + 1',
+        f'"enqueue_count" = "{table}"."enqueue_count" + {added}',
         '"last_enqueued_at" = EXCLUDED."last_enqueued_at"',
     ]
     if replace_payload:
@@ -88,8 +95,9 @@ def _sql(vendor: str, replace_payload: bool) -> tuple[str, tuple[str, ...]]:
     # An open window already past its expiry takes no calls: the update is skipped, the
     # statement returns no row, and the caller ends that window EXPIRED and tries again.
     live = f'"{table}"."expires_at" IS NULL OR "{table}"."expires_at" > EXCLUDED."last_enqueued_at"'
+    row = f"({', '.join(values)})"
     sql = (
-        f'INSERT INTO "{table}" ({", ".join(columns)}) VALUES ({", ".join(values)}) '
+        f'INSERT INTO "{table}" ({", ".join(columns)}) VALUES {", ".join([row] * max(rows, 1))} '
         f'ON CONFLICT ("window_key") DO UPDATE SET {", ".join(sets)} WHERE {live} '
         f"RETURNING {returning}"
     )
@@ -150,3 +158,74 @@ def _from_row(using: str, fields: list[Field[Any, Any]], row: Any) -> Job:
     """Return the job of a ``RETURNING`` row of every concrete field, converted as the ORM does."""
     assert len(fields) == len(compiled.JOB_ATTNAMES)
     return compiled.job_from_row(row, using)
+
+
+def window_row(
+    first: Plan, last_window: timedelta, calls: int, payload: Plan, now: datetime
+) -> dict[str, Any]:
+    """Return the row values of the bulk upsert for ``calls`` calls of one window key at ``now``.
+
+    The row a sequence of those calls leaves when it opens the window: the
+    first call's (the opener's) options and ceiling, ``run_at`` of the last
+    call's window, the payload of ``payload`` (the last call that replaces it,
+    else the first), ``enqueue_count = calls``. On a slide the statement adds
+    ``calls`` to the count and caps ``run_at`` at the ceiling already fixed.
+    """
+    assert first.max_wait is not None and first.window_key is not None
+    return {
+        "task_name": first.task_name,
+        "queue": first.queue,
+        "priority": first.priority,
+        "args": payload.args,
+        "kwargs": payload.kwargs,
+        "run_at": now + last_window,
+        "opened_at": now,
+        "max_run_at": now + first.max_wait,
+        "debounce_key": first.debounce_key,
+        "window_key": first.window_key,
+        "key_hash": first.window_key,
+        "enqueue_count": calls,
+        "last_enqueued_at": now,
+        "max_retries": first.max_retries,
+        "metadata": first.metadata,
+        "notes": first.notes,
+        "expires_at": first.expires_at,
+        "created_at": now,
+    }
+
+
+def slide_or_insert_many(
+    rows: Sequence[Mapping[str, Any]], replace_payload: bool, using: str
+) -> dict[str, Job]:
+    """Slide or open the windows of ``rows`` (:func:`window_row`, one per key) in one statement.
+
+    PostgreSQL refuses an ``INSERT … ON CONFLICT DO UPDATE`` that touches one
+    row twice, so the calls of one key arrive here folded into one row. Rows
+    are written in ``window_key`` order, so two batches racing on the same keys
+    take their row locks in the same order (no deadlock between them). With
+    ``replace_payload`` a slide stores the row's payload (§4.2).
+
+    Returns:
+        The job after the statement by ``window_key``; a key missing from it
+        holds an open window already past its ``expires_at``, which took no
+        call (the caller ends it and tries that key again).
+    """
+    connection = connections[using]
+    ordered = sorted(rows, key=lambda row: row["window_key"])
+    sql, names = _sql(connection.vendor, replace_payload, len(ordered))
+    fields = _param_fields(names)
+    params = [
+        field.get_db_prep_save(row[name], connection) for row in ordered for name, field in fields
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        found = cursor.fetchall()
+    jobs = [compiled.job_from_row(row, using) for row in found]
+    return {job.window_key: job for job in jobs if job.window_key is not None}
+
+
+def max_rows(using: str) -> int:
+    """Return how many windows one bulk statement carries on ``using`` (its parameter limit)."""
+    per_row = len(_sql("postgresql", False, 1)[1])
+    limit = connections[using].features.max_query_params or 65535
+    return max(1, min(1000, limit // per_row))
