@@ -358,7 +358,8 @@ def _write_once(plan: Plan, now: datetime, db: str) -> Job:
             found[0].outcome = "coalesced"
             return found[0]
     job = new_job(plan, now)
-    job.save(force_insert=True, using=db)
+    if not upsert.insert(job, db):
+        job.save(force_insert=True, using=db)
     job.outcome = "created"
     return job
 

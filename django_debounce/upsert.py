@@ -1,4 +1,4 @@
-"""One-statement slide-or-insert for PostgreSQL and SQLite (contract §4.2–§4.4).
+"""One-statement writes of an enqueue: the slide-or-insert, and the plain insert (§4.2–§4.4).
 
 ``INSERT … ON CONFLICT (window_key) DO UPDATE`` does the find, the guard and
 the write of §4 in a single atomic statement: a racing second insert of the
@@ -8,16 +8,26 @@ the claim commits, so the statement inserts a fresh window behind it (§4.5).
 One round trip instead of four, which is what keeps enqueue close to a raw
 driver's speed. Payload merges (§4.8), coalescing and other databases use the
 ORM path in :mod:`django_debounce.enqueueing`.
+
+A plain job goes in with one ``INSERT … RETURNING id`` built once per
+database vendor (:func:`insert`), not ``Model.save()``: the same row, without
+the ORM's per-save compilation (a third of a plain enqueue's Python, issue #12).
+Like the upsert, it sends no ``pre_save``/``post_save`` signals (decision 118).
+Parameters whose Django adaptation leaves a value unchanged on this connection
+(a ``str`` for a text column, an ``int``, an aware ``datetime`` on PostgreSQL)
+are passed as they are; the rest go through ``Field.get_db_prep_save``.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field
 
 from . import compiled
@@ -31,10 +41,70 @@ VENDORS = frozenset({"postgresql", "sqlite"})
 _LEAST = {"postgresql": "LEAST", "sqlite": "MIN"}
 
 
+#: Per connection (each thread has its own): whether it runs the upsert.
+_supported: weakref.WeakKeyDictionary[BaseDatabaseWrapper, bool] = weakref.WeakKeyDictionary()
+#: Per connection: by statement (its parameters' attnames), how each parameter is adapted.
+_Preparers = tuple[tuple[str, "Field[Any, Any]", type | None], ...]
+_preparers: weakref.WeakKeyDictionary[BaseDatabaseWrapper, dict[tuple[str, ...], _Preparers]] = (
+    weakref.WeakKeyDictionary()
+)
+#: Values whose adaptation is tried once per field and connection (:func:`_passes_through`).
+_SAMPLES: tuple[tuple[object, type], ...] = (
+    ("x", str),
+    (7, int),
+    (datetime(2000, 1, 2, 3, 4, 5, 6, tzinfo=UTC), datetime),
+)
+
+
 def supported(using: str) -> bool:
     """Return True when the database alias can run the one-statement upsert."""
     connection = connections[using]
-    return connection.vendor in VENDORS and connection.features.can_return_columns_from_insert
+    found = _supported.get(connection)
+    if found is None:
+        found = connection.vendor in VENDORS and connection.features.can_return_columns_from_insert
+        _supported[connection] = found
+    return found
+
+
+def _passes_through(field: Field[Any, Any], connection: BaseDatabaseWrapper) -> type | None:
+    """Return the type whose values ``field`` adapts to themselves on ``connection``, if any."""
+    for sample, kind in _SAMPLES:
+        try:
+            prepared = field.get_db_prep_save(sample, connection)
+        except Exception:  # noqa: BLE001, S112  (not this field's type: try the next)
+            continue
+        if prepared is sample:
+            return kind
+    return None
+
+
+def prepare(
+    connection: BaseDatabaseWrapper, names: tuple[str, ...], values: Mapping[str, Any]
+) -> list[Any]:
+    """Return the parameters ``names`` of a statement, taken from ``values`` and adapted.
+
+    As ``[field.get_db_prep_save(values[name], connection) …]``, skipping the
+    call where it would return the value itself (a naive ``datetime`` always
+    goes through Django, which warns and makes it aware).
+    """
+    by_statement = _preparers.get(connection)
+    if by_statement is None:
+        by_statement = _preparers[connection] = {}
+    preparers = by_statement.get(names)
+    if preparers is None:
+        preparers = tuple(
+            (name, field, _passes_through(field, connection))
+            for name, field in _param_fields(names)
+        )
+        by_statement[names] = preparers
+    params = []
+    for name, field, kind in preparers:
+        value: Any = values[name]
+        naive = kind is datetime and getattr(value, "tzinfo", None) is None
+        if kind is None or type(value) is not kind or naive:
+            value = field.get_db_prep_save(value, connection)
+        params.append(value)
+    return params
 
 
 def _fields() -> list[Field[Any, Any]]:
@@ -135,11 +205,8 @@ def slide_or_insert(plan: Plan, now: datetime, using: str) -> Job | None:
         "created_at": now,
     }
     sql, names = _sql(connection.vendor, plan.replace_payload)
-    params = [
-        field.get_db_prep_save(values[name], connection) for name, field in _param_fields(names)
-    ]
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(sql, prepare(connection, names, values))
         row = cursor.fetchone()
     if row is None:
         return None
@@ -213,10 +280,7 @@ def slide_or_insert_many(
     connection = connections[using]
     ordered = sorted(rows, key=lambda row: row["window_key"])
     sql, names = _sql(connection.vendor, replace_payload, len(ordered))
-    fields = _param_fields(names)
-    params = [
-        field.get_db_prep_save(row[name], connection) for row in ordered for name, field in fields
-    ]
+    params = [param for row in ordered for param in prepare(connection, names, row)]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         found = cursor.fetchall()
@@ -229,3 +293,42 @@ def max_rows(using: str) -> int:
     per_row = len(_sql("postgresql", False, 1)[1])
     limit = connections[using].features.max_query_params or 65535
     return max(1, min(1000, limit // per_row))
+
+
+#: The plain insert by vendor (:func:`_insert_sql`).
+_inserts: dict[str, tuple[str, tuple[str, ...]]] = {}
+
+
+def _insert_sql(connection: BaseDatabaseWrapper) -> tuple[str, tuple[str, ...]]:
+    """Return the plain ``INSERT … RETURNING id`` of a job and its parameters' attnames."""
+    found = _inserts.get(connection.vendor)
+    if found is not None:
+        return found
+    quote = connection.ops.quote_name
+    fields = [f for f in _fields() if not f.primary_key]
+    columns = ", ".join(quote(f.column) for f in fields)  # type: ignore[arg-type]
+    values = ", ".join(["%s"] * len(fields))
+    pk = quote(Job._meta.pk.column)  # type: ignore[union-attr, arg-type]
+    sql = f"INSERT INTO {quote(Job._meta.db_table)} ({columns}) VALUES ({values}) RETURNING {pk}"
+    found = _inserts[connection.vendor] = (sql, tuple(f.attname for f in fields))
+    return found
+
+
+def insert(job: Job, using: str) -> bool:
+    """Insert the unsaved ``job`` in one statement and set its ``pk``, as ``save()`` would.
+
+    Returns False, having done nothing, on a database that cannot return the
+    new id from an ``INSERT`` (the caller then saves through the ORM).
+    """
+    connection = connections[using]
+    if not connection.features.can_return_columns_from_insert:
+        return False
+    sql, names = _insert_sql(connection)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, prepare(connection, names, job.__dict__))
+        row = cursor.fetchone()
+    assert row is not None
+    job.pk = row[0]
+    job._state.adding = False
+    job._state.db = using
+    return True
