@@ -38,7 +38,8 @@ from django.utils import timezone
 
 from . import lifecycle, registry, upsert
 from .conf import settings
-from .enqueueing import apply_slide, contended, new_job, refuse_without_tz, write_locked
+from .enqueue_contention import contended
+from .enqueueing import apply_slide, new_job, refuse_without_tz, write_locked
 from .exceptions import ConfigurationError, DebounceError, EnqueueContentionError
 from .models import Job
 from .options import Plan
