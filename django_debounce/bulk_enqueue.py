@@ -5,7 +5,7 @@ batch. Every call is planned first (options, keys, payload: the same checks
 and errors as one call, each error naming the index of its call), so a bad
 call writes nothing. Then one transaction writes them all:
 
-* plain calls: one multi-row ``INSERT … RETURNING id`` (:func:`upsert.insert_many`);
+* plain calls: one multi-row ``INSERT`` (``bulk_create``);
 * debounced calls on PostgreSQL and SQLite: one multi-row ``INSERT … ON
   CONFLICT (window_key) DO UPDATE … RETURNING``. The calls of one key are
   folded first into the one row they would leave if made one after another at
@@ -186,9 +186,7 @@ def _write(plans: list[Plan], now: datetime, db: str) -> list[Job]:
         else:
             locked.append(group)
     if plain:
-        created = [new_job(plans[i], now) for i in plain]
-        if not upsert.insert_many(created, db):
-            Job.objects.using(db).bulk_create(created)
+        created = Job.objects.using(db).bulk_create([new_job(plans[i], now) for i in plain])
         for index, job in zip(plain, created, strict=True):
             job.outcome = "created"
             jobs[index] = job

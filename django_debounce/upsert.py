@@ -295,27 +295,22 @@ def max_rows(using: str) -> int:
     return max(1, min(1000, limit // per_row))
 
 
-#: The plain insert by ``(vendor, rows)`` (:func:`_insert_sql`).
-_inserts: dict[tuple[str, int], tuple[str, tuple[str, ...]]] = {}
+#: The plain insert by vendor (:func:`_insert_sql`).
+_inserts: dict[str, tuple[str, tuple[str, ...]]] = {}
 
 
-def _insert_sql(connection: BaseDatabaseWrapper, rows: int = 1) -> tuple[str, tuple[str, ...]]:
-    """Return the plain ``INSERT … RETURNING id`` of ``rows`` jobs and one row's attnames."""
-    found = _inserts.get((connection.vendor, rows))
+def _insert_sql(connection: BaseDatabaseWrapper) -> tuple[str, tuple[str, ...]]:
+    """Return the plain ``INSERT … RETURNING id`` of a job and its parameters' attnames."""
+    found = _inserts.get(connection.vendor)
     if found is not None:
         return found
     quote = connection.ops.quote_name
     fields = [f for f in _fields() if not f.primary_key]
     columns = ", ".join(quote(f.column) for f in fields)  # type: ignore[arg-type]
-    row = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    values = ", ".join(["%s"] * len(fields))
     pk = quote(Job._meta.pk.column)  # type: ignore[union-attr, arg-type]
-    sql = (
-        f"INSERT INTO {quote(Job._meta.db_table)} ({columns}) "
-        f"VALUES {', '.join([row] * rows)} RETURNING {pk}"
-    )
-    if len(_inserts) >= 64:
-        _inserts.clear()
-    found = _inserts[(connection.vendor, rows)] = (sql, tuple(f.attname for f in fields))
+    sql = f"INSERT INTO {quote(Job._meta.db_table)} ({columns}) VALUES ({values}) RETURNING {pk}"
+    found = _inserts[connection.vendor] = (sql, tuple(f.attname for f in fields))
     return found
 
 
@@ -325,48 +320,15 @@ def insert(job: Job, using: str) -> bool:
     Returns False, having done nothing, on a database that cannot return the
     new id from an ``INSERT`` (the caller then saves through the ORM).
     """
-    return insert_many([job], using)
-
-
-def insert_many(jobs: Sequence[Job], using: str) -> bool:
-    """Insert the unsaved ``jobs`` with multi-row ``INSERT … RETURNING id``; set their ``pk``.
-
-    One statement per as many rows as the database's parameter limit allows
-    (1,000 at most). Returns False, having done nothing, on a database that
-    cannot return new ids from an ``INSERT`` (the caller then uses the ORM).
-    """
-    connection = connections[using]
-    if not connection.features.can_return_rows_from_bulk_insert or not jobs:
-        return bool(jobs) and _insert_one_by_one(jobs, using)
-    per_row = len(_insert_sql(connection)[1])
-    chunk = max(1, min(1000, (connection.features.max_query_params or 65535) // per_row))
-    for start in range(0, len(jobs), chunk):
-        batch = jobs[start : start + chunk]
-        sql, names = _insert_sql(connection, len(batch))
-        params = [param for job in batch for param in prepare(connection, names, job.__dict__)]
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            ids = cursor.fetchall()
-        assert len(ids) == len(batch)
-        for job, (pk,) in zip(batch, ids, strict=True):
-            job.pk = pk
-            job._state.adding = False
-            job._state.db = using
-    return True
-
-
-def _insert_one_by_one(jobs: Sequence[Job], using: str) -> bool:
-    """Insert each job with its own ``INSERT … RETURNING id`` (no multi-row ``RETURNING``)."""
     connection = connections[using]
     if not connection.features.can_return_columns_from_insert:
         return False
     sql, names = _insert_sql(connection)
-    for job in jobs:
-        with connection.cursor() as cursor:
-            cursor.execute(sql, prepare(connection, names, job.__dict__))
-            row = cursor.fetchone()
-        assert row is not None
-        job.pk = row[0]
-        job._state.adding = False
-        job._state.db = using
+    with connection.cursor() as cursor:
+        cursor.execute(sql, prepare(connection, names, job.__dict__))
+        row = cursor.fetchone()
+    assert row is not None
+    job.pk = row[0]
+    job._state.adding = False
+    job._state.db = using
     return True
