@@ -134,12 +134,17 @@ _CONSTANTS = {
 
 
 @lru_cache(maxsize=64)
-def _sql(vendor: str, replace_payload: bool, rows: int = 0) -> tuple[str, tuple[str, ...]]:
+def _sql(
+    vendor: str, replace_payload: bool, rows: int = 0, unnest: tuple[str, ...] = ()
+) -> tuple[str, tuple[str, ...]]:
     """Return the upsert statement and the attnames of its parameters, in order (one row's).
 
     ``rows=0``: one call's statement. ``rows=N``: the bulk statement of N
     windows (:func:`slide_or_insert_many`), whose ``enqueue_count`` is a
     parameter, the number of calls of the batch on that key, added on a slide.
+    ``unnest`` (PostgreSQL, with ``rows``): the parameters' array types; the
+    rows come from ``UNNEST`` of one array per column, as Django's own
+    ``bulk_create`` sends them there (one parameter per column, not per value).
     """
     table = Job._meta.db_table
     fields = _fields()
@@ -151,7 +156,7 @@ def _sql(vendor: str, replace_payload: bool, rows: int = 0) -> tuple[str, tuple[
         if f.attname in _CONSTANTS and not (rows and f.attname == "enqueue_count"):
             values.append(_CONSTANTS[f.attname])
         else:
-            values.append("%s")
+            values.append(f'u."{f.column}"' if unnest else "%s")
             params.append(f.attname)
     added = 'EXCLUDED."enqueue_count"' if rows else "1"
     sets = [
@@ -166,8 +171,17 @@ def _sql(vendor: str, replace_payload: bool, rows: int = 0) -> tuple[str, tuple[
     # statement returns no row, and the caller ends that window EXPIRED and tries again.
     live = f'"{table}"."expires_at" IS NULL OR "{table}"."expires_at" > EXCLUDED."last_enqueued_at"'
     row = f"({', '.join(values)})"
+    source = f"VALUES {', '.join([row] * max(rows, 1))}"
+    if unnest:
+        arrays = ", ".join(f"(%s)::{kind}[]" for kind in unnest)
+        names = ", ".join(f'"{_field(name).column}"' for name in params)
+        # WITH ORDINALITY keeps the rows in the arrays' order (the key order: lock order).
+        source = (
+            f"SELECT {', '.join(values)} FROM UNNEST({arrays}) WITH ORDINALITY "
+            f"AS u({names}, _n) ORDER BY u._n"
+        )
     sql = (
-        f'INSERT INTO "{table}" ({", ".join(columns)}) VALUES {", ".join([row] * max(rows, 1))} '
+        f'INSERT INTO "{table}" ({", ".join(columns)}) {source} '
         f'ON CONFLICT ("window_key") DO UPDATE SET {", ".join(sets)} WHERE {live} '
         f"RETURNING {returning}"
     )
@@ -279,8 +293,15 @@ def slide_or_insert_many(
     """
     connection = connections[using]
     ordered = sorted(rows, key=lambda row: row["window_key"])
-    sql, names = _sql(connection.vendor, replace_payload, len(ordered))
-    params = [param for row in ordered for param in prepare(connection, names, row)]
+    if connection.vendor == "postgresql" and len(ordered) > 1:
+        names = _sql(connection.vendor, replace_payload, 1)[1]
+        kinds = tuple(_field(name).db_type(connection).split("(")[0] for name in names)  # type: ignore[union-attr]
+        sql = _sql(connection.vendor, replace_payload, 1, kinds)[0]
+        columns = zip(*(prepare(connection, names, row) for row in ordered), strict=True)
+        params: list[Any] = [list(column) for column in columns]
+    else:
+        sql, names = _sql(connection.vendor, replace_payload, len(ordered))
+        params = [param for row in ordered for param in prepare(connection, names, row)]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         found = cursor.fetchall()
