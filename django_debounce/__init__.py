@@ -1,6 +1,7 @@
 """django_debounce: debounce-first background jobs on the Django ORM.
 
-Public API (contract §10): :func:`task`, :func:`debounced_task`, :func:`enqueue`.
+Public API (contract §10): :func:`task`, :func:`debounced_task`, :func:`enqueue`;
+also :func:`enqueue_many` (issue #12, the bulk enqueue).
 Importing this package does not import models, so it is safe in settings and
 in ``tasks.py`` modules loaded before the app registry is ready.
 
@@ -33,6 +34,7 @@ __all__ = [
     "__version__",
     "debounced_task",
     "enqueue",
+    "enqueue_many",
     "task",
 ]
 
@@ -42,3 +44,10 @@ def enqueue(task_name: str, args: Any = (), kwargs: Any = None, **options: Any) 
     from .enqueueing import enqueue as _enqueue
 
     return _enqueue(task_name, args, kwargs, **options)
+
+
+def enqueue_many(calls: Any, *, using: str | None = None) -> list[Job]:
+    """Enqueue many calls in one transaction; see :func:`django_debounce.bulk_enqueue.enqueue_many`."""
+    from .bulk_enqueue import enqueue_many as _enqueue_many
+
+    return _enqueue_many(calls, using=using)

@@ -17,10 +17,9 @@ This module reads the registry, never :mod:`django_debounce.tasks` (which calls 
 from __future__ import annotations
 
 import logging
-import random
-import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import NoReturn
 
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, OperationalError, router, transaction
 from django.utils import timezone
@@ -28,6 +27,7 @@ from django.utils import timezone
 from . import codec, lifecycle, registry, upsert
 from .conf import settings
 from .db_errors import is_contention
+from .enqueue_contention import contended
 from .exceptions import ConfigurationError, EnqueueContentionError
 from .job_ids import storable_ids
 from .lifecycle import CANCELLING_STATUSES
@@ -39,7 +39,7 @@ from .registry import RegisteredTask
 from .signals import job_enqueued, send_signal
 from .validators import check_task_name
 
-__all__ = ["Plan", "enqueue", "enqueue_call", "is_contention", "plan_call", "write"]
+__all__ = ["Plan", "contended", "enqueue", "enqueue_call", "is_contention", "plan_call", "write"]
 
 #: The logger keeps the name of the module this one was (``core``): operators'
 #: ``LOGGING`` routes it, and docs/reference/commands.md names it.
@@ -101,11 +101,7 @@ def enqueue_call(
             would move with the clocks (§4.7). Also see ``apply_async``.
     """
     if not settings.use_tz:
-        raise ConfigurationError(
-            f"enqueue of {task_name!r} refused: django_debounce needs USE_TZ = True (system "
-            "check django_debounce.E011). With USE_TZ = False deadlines would be stored as "
-            "naive local times, which the worker refuses to run against; set USE_TZ = True."
-        )
+        refuse_without_tz(f"enqueue of {task_name!r}")
     now = timezone.now()
     plan = plan_call(task, task_name, args, kwargs, options, now)
     job = write(plan, now)
@@ -118,6 +114,15 @@ def enqueue_call(
     )
     send_signal(job_enqueued, job=job, outcome=job.outcome)
     return job
+
+
+def refuse_without_tz(what: str) -> NoReturn:
+    """Raise the ``ConfigurationError`` of an enqueue (``what``) under ``USE_TZ = False`` (E011)."""
+    raise ConfigurationError(
+        f"{what} refused: django_debounce needs USE_TZ = True (system "
+        "check django_debounce.E011). With USE_TZ = False deadlines would be stored as "
+        "naive local times, which the worker refuses to run against; set USE_TZ = True."
+    )
 
 
 class _StaleWindowError(Exception):
@@ -146,68 +151,41 @@ def write(plan: Plan, now: datetime, using: str | None = None) -> Job:
                 # One statement is atomic on its own: no BEGIN/COMMIT round trips.
                 return _slide_or_insert(plan, now, db) if by_upsert else _write_once(plan, now, db)
             with transaction.atomic(using=db):  # a savepoint inside the caller's transaction
-                dependency_failed = _lock_dependencies(plan, db) if plan.depends_on else False
-                job = _slide_or_insert(plan, now, db) if by_upsert else _write_once(plan, now, db)
-                if plan.depends_on and job.outcome == "created":
-                    _link_dependencies(job, plan, now, db, dependency_failed)
-                return job
+                return _write_atomic(plan, now, db, by_upsert)
         except _StaleWindowError:
-            _expire_stale(plan, now, db)
+            expire_stale(plan, now, db)
             continue
         except (IntegrityError, OperationalError) as exc:
-            if not is_contention(exc):
-                raise
-            if isinstance(exc, IntegrityError) and _snapshot_is_fixed(db):
-                # The winner committed after this transaction's snapshot: no retry inside
-                # the transaction can ever see its row, so each would lose again.
-                raise EnqueueContentionError(
-                    f"enqueue of {plan.task_name!r} lost a race to a job another transaction "
-                    "committed after this transaction began, and this transaction runs at "
-                    "REPEATABLE READ or SERIALIZABLE, so it can never see that job; nothing "
-                    "was written by this call. Roll the transaction back and retry it, or "
-                    "enqueue at READ COMMITTED (the isolation level the package documents)."
-                ) from exc
-            if isinstance(exc, OperationalError) and transaction.get_connection(db).in_atomic_block:
-                # A deadlock or lock timeout inside the caller's transaction: the caller
-                # still holds its locks, so retrying in a savepoint would only wait again.
-                raise EnqueueContentionError(
-                    f"enqueue of {plan.task_name!r} hit lock contention inside the caller's "
-                    f"transaction ({exc}); nothing was written by this call. Roll the "
-                    "transaction back and retry it."
-                ) from exc
-            last = exc
-            logger.debug(
-                "enqueue of %s lost a race or waited on a lock (attempt %d): %s",
-                plan.task_name,
-                attempt + 1,
-                exc,
-                extra={"action": "enqueue_retry"},
-            )
-            if attempt:  # the first retry is immediate: a lost insert race resolves at once
-                time.sleep(min(0.5, 0.002 * 2**attempt) * random.random())
+            last = contended(exc, f"enqueue of {plan.task_name!r}", "this call", db, attempt)
     raise EnqueueContentionError(
         f"enqueue of {plan.task_name!r} gave up after {budget} attempts under lock contention; "
         "nothing was written. Retry the call, or raise DEBOUNCE_ENQUEUE_RETRIES."
     ) from last
 
 
-def _snapshot_is_fixed(db: str) -> bool:
-    """Return True inside a PostgreSQL transaction whose snapshot does not move.
+def _write_atomic(plan: Plan, now: datetime, db: str, by_upsert: bool) -> Job:
+    """Write ``plan`` inside a transaction: its dependencies locked, then slid or inserted."""
+    dependency_failed = _lock_dependencies(plan, db) if plan.depends_on else False
+    job = _slide_or_insert(plan, now, db) if by_upsert else _write_once(plan, now, db)
+    if plan.depends_on and job.outcome == "created":
+        _link_dependencies(job, plan, now, db, dependency_failed)
+    return job
 
-    At REPEATABLE READ or SERIALIZABLE a transaction sees the rows committed
-    before its first statement and no others; its locking reads too, so a row
-    that won a race after that can never be found and slid or coalesced.
-    Asked only after a lost race inside an atomic block (one ``SHOW``), never
-    on the path of a call that wins. On MySQL/MariaDB a locking read sees the
-    latest committed row at any level; SQLite serialises writers.
+
+def write_locked(plan: Plan, now: datetime, db: str) -> Job:
+    """Write ``plan`` inside the transaction the caller holds (the bulk path), without retrying.
+
+    A stale open window (or coalescing job) is ended EXPIRED and the call then
+    opens a new one, as :func:`write` does. Contention errors propagate: the
+    caller retries its whole transaction.
     """
-    conn = transaction.get_connection(db)
-    if conn.vendor != "postgresql" or not conn.in_atomic_block:
-        return False
-    with conn.cursor() as cursor:
-        cursor.execute("SHOW transaction_isolation")
-        row = cursor.fetchone()
-    return row is not None and row[0] in ("repeatable read", "serializable")
+    by_upsert = plan.window_key is not None and plan.merge is None and upsert.supported(db)
+    while True:
+        try:
+            with transaction.atomic(using=db):
+                return _write_atomic(plan, now, db, by_upsert)
+        except _StaleWindowError:
+            expire_stale(plan, now, db)
 
 
 def _lock_dependencies(plan: Plan, db: str) -> bool:
@@ -276,7 +254,7 @@ def _is_stale(job: Job, now: datetime) -> bool:
     return job.status == Job.Status.READY and job.expires_at is not None and job.expires_at <= now
 
 
-def _expire_stale(plan: Plan, now: datetime, db: str) -> None:
+def expire_stale(plan: Plan, now: datetime, db: str) -> None:
     """End the key's stale open window (or coalescing job) EXPIRED, cancelling its dependents.
 
     The worker would do the same at its next claim (§6, §11); doing it here lets
@@ -321,9 +299,18 @@ def _write_once(plan: Plan, now: datetime, db: str) -> Job:
                 raise _StaleWindowError
             found[0].outcome = "coalesced"
             return found[0]
+    job = new_job(plan, now)
+    if not upsert.insert(job, db):
+        job.save(force_insert=True, using=db)
+    job.outcome = "created"
+    return job
+
+
+def new_job(plan: Plan, now: datetime) -> Job:
+    """Return the unsaved READY job a call opens at ``now`` (§4.3): a new window, or a plain job."""
     debounced = plan.window is not None
     assert plan.max_wait is not None or not debounced
-    job = Job(
+    return Job(
         task_name=plan.task_name,
         queue=plan.queue,
         priority=plan.priority,
@@ -346,13 +333,24 @@ def _write_once(plan: Plan, now: datetime, db: str) -> Job:
         expires_at=plan.expires_at,
         created_at=now,
     )
-    job.save(force_insert=True, using=db)
-    job.outcome = "created"
-    return job
 
 
 def _slide(job: Job, plan: Plan, now: datetime, db: str) -> Job:
-    """Slide an open window (§4.2): later deadline, capped by the ceiling fixed at opening."""
+    """Slide an open window (§4.2) and save the fields that moved."""
+    job.save(update_fields=apply_slide(job, plan, now), using=db)
+    job.outcome = "debounced"
+    return job
+
+
+def apply_slide(job: Job, plan: Plan, now: datetime) -> list[str]:
+    """Slide ``job`` in memory (§4.2): later deadline, capped by the ceiling fixed at opening.
+
+    Counts the call and, with ``replace_payload`` or a ``merge`` (§4.8), stores
+    the call's payload. Returns the attnames that changed; saves nothing.
+
+    Raises:
+        ConfigurationError: the ``debounce_merge`` function returned no ``(args, kwargs)``.
+    """
     assert plan.window is not None and job.max_run_at is not None
     job.run_at = min(now + plan.window, job.max_run_at)
     job.enqueue_count += 1
@@ -374,6 +372,4 @@ def _slide(job: Job, plan: Plan, now: datetime, db: str) -> Job:
             ) from exc
         job.args, job.kwargs = codec.encode_call(list(merged_args), dict(merged_kwargs))
         fields += ["args", "kwargs"]
-    job.save(update_fields=fields, using=db)
-    job.outcome = "debounced"
-    return job
+    return fields

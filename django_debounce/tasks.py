@@ -7,7 +7,7 @@ Nothing here touches the database; ``delay``/``apply_async`` hand over to
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
 from . import registry
@@ -104,6 +104,26 @@ class Task(Generic[P, R]):
         from .enqueueing import enqueue_call
 
         return enqueue_call(self, self.name, args, kwargs, {})
+
+    def delay_many(self, calls: Iterable[tuple[Any, ...] | list[Any]]) -> list[Job]:
+        """Enqueue one call per item of ``calls`` in one transaction (issue #12, decision 115).
+
+        Each item is one call's positional arguments, as ``delay(*item)`` would
+        take them: ``build_report.delay_many([(1,), (2,)])``. For keyword
+        arguments, options or several tasks use
+        :func:`~django_debounce.bulk_enqueue.enqueue_many`, which this calls.
+
+        Returns:
+            One job per call, in order, each with its call's ``outcome``.
+
+        Raises:
+            ConfigurationError, KeyResolutionError, PayloadError: a call is
+                invalid (the message names its index, ``call [i]``); nothing is written.
+            EnqueueContentionError: as for :meth:`apply_async`.
+        """
+        from .bulk_enqueue import enqueue_many
+
+        return enqueue_many([(self, args) for args in calls])
 
     def apply_async(
         self,
