@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from typing import TYPE_CHECKING
 
 from django.apps import AppConfig
@@ -14,7 +15,8 @@ if TYPE_CHECKING:
 
 
 class DjangoDebounceConfig(AppConfig):
-    """Registers the system checks and imports every installed app's ``tasks`` module."""
+    """Registers the system checks, imports every installed app's ``tasks`` module and the
+    Celery executor's Celery tasks when Celery is installed."""
 
     name = "django_debounce"
     label = "django_debounce"
@@ -24,6 +26,10 @@ class DjangoDebounceConfig(AppConfig):
     def ready(self) -> None:
         register_checks()
         autodiscover_modules("tasks")
+        if importlib.util.find_spec("celery") is not None:
+            # The Celery executor's tasks (issue #10): registered with every Celery app of the
+            # process, so `celery -A proj worker` runs handed-off jobs without more setup.
+            from . import celery_tasks  # noqa: F401
 
     def retry_dead_letter(self, letter: DeadLetter, *, force: bool) -> Job | None:
         """Retry ``letter``: what :meth:`.DeadLetter.retry` delegates to (decision 69).

@@ -8,6 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from django_debounce.celery_executor import Dispatcher
 from django_debounce.exceptions import ConfigurationError
 from django_debounce.management.arguments import positive_float, positive_int
 from django_debounce.validators import check_queue
@@ -80,6 +81,14 @@ class Command(BaseCommand):
             help="Seconds between polls when idle (default DEBOUNCE_POLL_INTERVAL, 1.0).",
         )
         parser.add_argument("--worker-id", default=None, help="Identity recorded on claimed jobs.")
+        parser.add_argument(
+            "--dispatch-only",
+            action="store_true",
+            help=(
+                "Run no job here: hand due jobs of Celery-executor tasks to Celery "
+                "(docs/howto/celery.md). Takes --queue, --burst, --poll-interval, --worker-id."
+            ),
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         # call_command() hands keyword options over without argparse's type= checks.
@@ -103,6 +112,14 @@ class Command(BaseCommand):
                 queue_name(queue)
             except argparse.ArgumentTypeError as exc:
                 raise CommandError(f"argument --queue: {exc}") from None
+        if options.get("dispatch_only"):
+            Dispatcher(
+                queues=queues,
+                poll_interval=options["poll_interval"],
+                burst=options["burst"],
+                scheduler_id=options["worker_id"],
+            ).run()
+            return
         Worker(
             queues=queues,
             concurrency=options["concurrency"],
