@@ -57,3 +57,22 @@ def stacked(key: str, n: int = 0) -> str:
         task="cel.stacked", key=key, payload={"n": n}, pid=os.getpid(), started_at=timezone.now()
     )
     return f"{key}:{n}"
+
+
+@debounced_task(debounce="1s", debounce_max_wait="5s", debounce_key="bound:{0}")
+@shared_task(bind=True, name="cel.bound")
+def bound(self: Any, key: str) -> str:
+    """A bound Celery task under the decorator: Celery passes ``self``, callers never do."""
+    return f"{self.name}:{key}"
+
+
+@task(name="cel.fails", executor="celery", max_retries=2, min_backoff="10s", max_backoff="10s")
+def fails(tag: str) -> None:
+    """Always raise (a retry after 10 s, then a dead letter)."""
+    raise RuntimeError(f"no luck for {tag}")
+
+
+@task(name="cel.on_worker", executor="worker")
+def on_worker(tag: str) -> str:
+    """A task the built-in worker runs even when DEBOUNCE_EXECUTOR is "celery"."""
+    return tag
