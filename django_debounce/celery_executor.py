@@ -44,6 +44,7 @@ from .exceptions import ConfigurationError
 from .execution import run_job
 from .lease_keeper import InlineLeaseKeeper
 from .models import Job
+from .sweep import SweepSchedule
 
 logger = logging.getLogger("django_debounce.celery")
 
@@ -51,6 +52,11 @@ logger = logging.getLogger("django_debounce.celery")
 RUN_TASK = "django_debounce.run_job"
 #: The Celery task that runs one dispatch round, for Celery beat.
 DISPATCH_TASK = "django_debounce.dispatch"
+
+
+#: When this process next runs the dead-letter auto-retry sweep (§8, §11): the scheduler runs
+#: it, since a deployment on Celery may have no built-in worker to do so.
+_sweep_schedule = SweepSchedule()
 
 
 def celery_app() -> Any:
@@ -139,7 +145,9 @@ def dispatch_due(
     committed (:func:`publish`), until a claim comes back short or ``limit``
     jobs were claimed. What the Celery beat task ``django_debounce.dispatch``
     runs; safe to run from several schedulers at once (the claim skips rows
-    another one holds).
+    another one holds). Also runs the dead-letter auto-retry sweep when it
+    is due in this process (``DEBOUNCE_DEAD_LETTER_AUTO_RETRY``, §8), as a
+    built-in worker does on its loop.
 
     Raises:
         ConfigurationError: Celery is missing or a setting is invalid.
@@ -150,6 +158,9 @@ def dispatch_due(
     app = app if app is not None else celery_app()
     queue_list = sorted(set(queues or ()))
     leases.reclaim_expired_leases(using=using)
+    _sweep_schedule.run_if_due(
+        using=using, lease=settings.lease, stopping=threading.Event(), renew=lambda: None
+    )
     total = 0
     while total < limit:
         room = min(batch, limit - total)

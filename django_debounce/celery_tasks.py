@@ -14,7 +14,7 @@ from celery import shared_task
 from . import celery_executor
 
 
-@shared_task(name=celery_executor.RUN_TASK, ignore_result=False)
+@shared_task(name=celery_executor.RUN_TASK)
 def run_job(job_id: int) -> object:
     """Run the handed-off job ``job_id`` (:func:`~django_debounce.celery_executor.run_handed_off`).
 

@@ -21,8 +21,8 @@ from django_debounce.registry import get_task
 from django_debounce.tasks import Task, task
 from tests.celery_app import REDIS, make_app
 from tests.conftest import T, require_service
-from tests.procs import wait_for
 from tests.processes.celery_rig import broker_up
+from tests.procs import wait_for
 from tests.testapp.tasks_celery import bound, fails, on_worker, record, stacked
 
 pytestmark = pytest.mark.django_db
@@ -59,7 +59,9 @@ def test_a_handoff_claim_marks_the_job_handed_off_not_started(clock):
     assert claimed.pk == job.pk
 
 
-def test_take_is_one_conditional_statement_that_only_one_message_wins(clock, django_assert_num_queries):
+def test_take_is_one_conditional_statement_that_only_one_message_wins(
+    clock, django_assert_num_queries
+):
     job = record.delay("t")
     _handoff()
     clock(seconds=5)
@@ -92,7 +94,9 @@ def test_a_message_with_nothing_to_take_is_a_no_op(clock, setup, why):
     if setup == "reclaimed":
         leases.reclaim_expired_leases()
     elif setup == "cancelled":
-        Job.objects.filter(pk=job.pk).update(status=Status.CANCELLED, worker_id="", lease_expires_at=None)
+        Job.objects.filter(pk=job.pk).update(
+            status=Status.CANCELLED, worker_id="", lease_expires_at=None
+        )
     elif setup == "deleted":
         Job.objects.filter(pk=job.pk).delete()
     taken = handoff.take(job.pk, worker_id="celery:x", lease=LEASE)
@@ -213,3 +217,15 @@ def test_dispatch_only_burst_publishes_each_due_job_with_its_id_as_task_id(setti
     assert {message.headers["task"] for message in messages[:3]} == {"django_debounce.run_job"}
     assert {message.headers["eta"] for message in messages[:3]} == {None}
     assert set(Job.objects.values_list("status", flat=True)) == {Status.RUNNING}
+
+
+def test_the_scheduler_runs_the_dead_letter_sweep(clock, settings, monkeypatch):
+    from tests.db.test_dead_letter_auto_retry import CONFIG, old_letter
+
+    settings.DEBOUNCE_DEAD_LETTER_AUTO_RETRY = CONFIG
+    monkeypatch.setattr(celery_executor._sweep_schedule, "next_at", None)  # this test's first round
+    letter = old_letter()
+    assert celery_executor.dispatch_due(app=make_app(REDIS)) == 0, "dep.step runs on the worker"
+    letter.refresh_from_db()
+    assert letter.retried_at == T and letter.retry_job is not None
+    assert Job.objects.get(pk=letter.retry_job_id).status == Status.READY

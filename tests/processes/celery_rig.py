@@ -109,7 +109,9 @@ class CeleryRig:
         """Return how many messages wait in this rig's Celery queue (0 if it does not exist)."""
         with self.app.connection_for_write() as conn:
             try:
-                return int(conn.default_channel.queue_declare(self.queue, passive=True).message_count)
+                return int(
+                    conn.default_channel.queue_declare(self.queue, passive=True).message_count
+                )
             except Exception:
                 return 0
 

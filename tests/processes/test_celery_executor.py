@@ -19,8 +19,8 @@ from django.db import transaction
 
 from django_debounce import celery_executor, handoff
 from django_debounce.models import Job
-from tests.procs import Processes, processes, wait_for
 from tests.processes.celery_rig import BROKERS, CeleryRig
+from tests.procs import Processes, processes, wait_for
 from tests.testapp.models import CallLog
 from tests.testapp.tasks_celery import record, slow_first, stacked
 
@@ -80,9 +80,9 @@ def test_dispatcher_hands_jobs_to_a_celery_worker_that_runs_them(rig: CeleryRig)
     runs = CallLog.objects.filter(task="cel.record").order_by("key")
     assert [(run.key, run.pid) for run in runs] == [(f"plain-{i}", worker.pid) for i in range(3)]
     # The stacked Celery task ran once, in the Celery worker, with the first call's payload.
-    assert list(CallLog.objects.filter(task="cel.stacked").values_list("key", "payload", "pid")) == [
-        ("k", {"n": 0}, worker.pid)
-    ]
+    assert list(
+        CallLog.objects.filter(task="cel.stacked").values_list("key", "payload", "pid")
+    ) == [("k", {"n": 0}, worker.pid)]
     assert Job.objects.get(pk=burst[0].pk).result == "k:0"
     # Each message's Celery task id is its job id (Flower and AsyncResult line up).
     received = set(re.findall(r"django_debounce\.run_job\[(\d+)\] received", worker.stderr()))
@@ -130,9 +130,7 @@ def test_a_celery_worker_killed_mid_job_leaves_a_job_that_runs_again_after_its_l
     job = slow_first.delay("killed")
     first = rig.worker()
     assert celery_executor.dispatch_due(app=rig.app) == 1
-    wait_for(
-        lambda: CallLog.objects.filter(key="killed").exists(), timeout=60, what=first.tail
-    )
+    wait_for(lambda: CallLog.objects.filter(key="killed").exists(), timeout=60, what=first.tail)
     running = Job.objects.get(pk=job.pk)
     assert running.status == Status.RUNNING and running.worker_id.startswith("celery:")
     os.kill(first.pid, signal.SIGKILL)

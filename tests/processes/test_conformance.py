@@ -22,8 +22,8 @@ import pytest
 
 from django_debounce.models import DeadLetter, Job
 from tests.conftest import child_env
-from tests.procs import Processes, wait_for
 from tests.processes.celery_rig import CeleryRig
+from tests.procs import Processes, wait_for
 from tests.testapp.models import CallLog
 from tests.testapp.tasks_conformance import broken, ceiling, collapse, flaky, latest, slow, types
 

@@ -102,7 +102,9 @@ def types(
     )
 
 
-@task(name="conf.flaky", takes_context=True, max_retries=3, min_backoff="200ms", max_backoff="300ms")
+@task(
+    name="conf.flaky", takes_context=True, max_retries=3, min_backoff="200ms", max_backoff="300ms"
+)
 def flaky(context: JobContext, key: str, fail_times: int) -> int:
     """Raise on the first ``fail_times`` attempts, then return the attempt."""
     _log("conf.flaky", context, key, {})
@@ -111,7 +113,9 @@ def flaky(context: JobContext, key: str, fail_times: int) -> int:
     return context.attempt
 
 
-@task(name="conf.broken", takes_context=True, max_retries=1, min_backoff="200ms", max_backoff="300ms")
+@task(
+    name="conf.broken", takes_context=True, max_retries=1, min_backoff="200ms", max_backoff="300ms"
+)
 def broken(context: JobContext, key: str) -> None:
     """Always raise: two runs, then a dead letter."""
     _log("conf.broken", context, key, {})
