@@ -19,4 +19,6 @@ DEBOUNCE_LEASE = os.environ.get("DEBOUNCE_TEST_LEASE", "60s")
 DEBOUNCE_CELERY_HANDOFF_LEASE = os.environ.get("DEBOUNCE_TEST_HANDOFF_LEASE", "5m")
 DEBOUNCE_MIN_BACKOFF = os.environ.get("DEBOUNCE_TEST_MIN_BACKOFF", "1s")
 if os.environ.get("DEBOUNCE_TEST_CELERY_QUEUE"):
-    DEBOUNCE_CELERY_QUEUES = dict.fromkeys(("default", "mail", "other"), os.environ["DEBOUNCE_TEST_CELERY_QUEUE"])
+    DEBOUNCE_CELERY_QUEUES = dict.fromkeys(
+        ("default", "mail", "other"), os.environ["DEBOUNCE_TEST_CELERY_QUEUE"]
+    )
