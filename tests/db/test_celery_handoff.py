@@ -12,6 +12,7 @@ from io import StringIO
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
 
 from django_debounce import celery_executor, handoff, leases
 from django_debounce.claim import claim_jobs
@@ -65,7 +66,8 @@ def test_take_is_one_conditional_statement_that_only_one_message_wins(
     job = record.delay("t")
     _handoff()
     clock(seconds=5)
-    with django_assert_num_queries(2):  # the conditional UPDATE, then reading the row taken
+    # One UPDATE … RETURNING; MariaDB has no UPDATE … RETURNING: the row is read after it.
+    with django_assert_num_queries(2 if connection.vendor == "mysql" else 1):
         taken = handoff.take(job.pk, worker_id="celery:a", lease=dt.timedelta(minutes=1))
     assert taken.job is not None and taken.why == ""
     assert (taken.job.worker_id, taken.job.started_at) == ("celery:a", T + dt.timedelta(seconds=5))
