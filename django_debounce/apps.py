@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
 
 class DjangoDebounceConfig(AppConfig):
-    """Registers the checks and the Redis wake-up publisher, imports each app's ``tasks``, metrics."""
+    """Registers the checks and the Redis wake-up publisher, imports each app's ``tasks``, metrics,
+    and the Celery executor's Celery tasks when Celery is installed."""
 
     name = "django_debounce"
     label = "django_debounce"
@@ -41,6 +42,10 @@ class DjangoDebounceConfig(AppConfig):
             from .metrics import install
 
             install()
+        if importlib.util.find_spec("celery") is not None:
+            # The Celery executor's tasks (issue #10): registered with every Celery app of the
+            # process, so `celery -A proj worker` runs handed-off jobs without more setup.
+            from . import celery_tasks  # noqa: F401
 
     def retry_dead_letter(self, letter: DeadLetter, *, force: bool) -> Job | None:
         """Retry ``letter``: what :meth:`.DeadLetter.retry` delegates to (decision 69).

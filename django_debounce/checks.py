@@ -14,6 +14,7 @@ from django.conf import settings as django_settings
 from django.core.checks import CheckMessage, Error, Warning, register
 from django.db import connections
 
+from .celery_checks import check_celery_available, check_executor_settings
 from .conf import DEFAULTS, parse_auto_retry, parse_max_payload_bytes, parse_queues
 from .durations import parse_duration
 from .exceptions import ConfigurationError
@@ -376,6 +377,8 @@ ALL_CHECKS = (
     check_drain_settings,
     check_unknown_settings,
     check_task_backends,
+    check_executor_settings,
+    check_celery_available,
 )
 
 

@@ -45,6 +45,7 @@ from .claim_queries import (
 from .claim_rules import Gate, claimable_jobs, current_gates, shed_reason
 from .codel import apply_codel
 from .db_errors import is_contention
+from .executor_choice import TaskFilter, claim_filter
 from .lifecycle import shed
 from .log_fields import job_fields
 from .models import Job
@@ -65,6 +66,7 @@ def claim_jobs(
     queues: Sequence[str] | None = None,
     using: str = DEFAULT_DB_ALIAS,
     peek: bool = False,
+    executor: str = "worker",
 ) -> list[Job]:
     """Claim up to ``limit`` due jobs for ``worker_id`` in one transaction.
 
@@ -93,6 +95,9 @@ def claim_jobs(
         queues: queue names to claim from; ``None`` or empty: every queue.
         using: database alias.
         peek: look before locking, as above.
+        executor: ``"worker"`` or ``"celery"``: claim only jobs of the tasks
+            that executor runs (:func:`~django_debounce.executor_choice.claim_filter`,
+            issue #10); with every task on ``DEBOUNCE_EXECUTOR`` that is every job.
 
     Returns:
         The claimed jobs as they are after the claim (RUNNING, attempts
@@ -106,7 +111,13 @@ def claim_jobs(
         ConfigurationError: ``DEBOUNCE_QUEUES`` is invalid.
     """
     return claim_batch(
-        worker_id=worker_id, limit=limit, lease=lease, queues=queues, using=using, peek=peek
+        worker_id=worker_id,
+        limit=limit,
+        lease=lease,
+        queues=queues,
+        using=using,
+        peek=peek,
+        executor=executor,
     ).jobs
 
 
@@ -119,6 +130,7 @@ def claim_batch(
     using: str = DEFAULT_DB_ALIAS,
     peek: bool = False,
     attempts: int = 1,
+    executor: str = "worker",
 ) -> ClaimedBatch:
     """Claim as :func:`claim_jobs` does; return the jobs with their ``started_at`` before the claim.
 
@@ -135,11 +147,20 @@ def claim_batch(
     transaction back too. The other arguments and the errors are those of
     :func:`claim_jobs`.
     """
+    tasks = claim_filter(executor)
+    if tasks.takes_nothing:  # no task of this process runs on ``executor``
+        return ClaimedBatch()
     attempt = 1
     while True:
         try:
             return _claim_once(
-                worker_id=worker_id, limit=limit, lease=lease, queues=queues, using=using, peek=peek
+                worker_id=worker_id,
+                limit=limit,
+                lease=lease,
+                queues=queues,
+                using=using,
+                peek=peek,
+                tasks=tasks,
             )
         except OperationalError as exc:
             if attempt >= attempts or not is_contention(exc) or connections[using].in_atomic_block:
@@ -163,20 +184,21 @@ def _claim_once(
     queues: Sequence[str] | None,
     using: str,
     peek: bool,
+    tasks: TaskFilter,
 ) -> ClaimedBatch:
-    """Make one claim as :func:`claim_jobs` describes it."""
+    """Make one claim as :func:`claim_jobs` describes it, of the task names ``tasks`` lets through."""
     if limit <= 0:
         return ClaimedBatch()
     queues = list(queues) if queues is not None else None  # read more than once below
     features = connections[using].features
-    if peek and not anything_claimable(timezone.now(), queues, using):
+    if peek and not anything_claimable(timezone.now(), queues, using, tasks):
         # Nothing due: answer without a locking transaction (on SQLite an IMMEDIATE
         # transaction takes the database's write lock and would stall producers).
         return ClaimedBatch()
     gates = current_gates()  # pure Python; empty: the fast path
     if not gates and one_statement_applies(queues, using):
         claimed = claim_in_one_statement(
-            worker_id=worker_id, limit=limit, lease=lease, queues=queues, using=using
+            worker_id=worker_id, limit=limit, lease=lease, queues=queues, using=using, tasks=tasks
         )
         if claimed is not None:
             return claimed
@@ -198,6 +220,7 @@ def _claim_once(
                     if features.has_select_for_update
                     else ""
                 ),
+                tasks=tasks,
             )
             if gates:
                 jobs = _take_admitted(
@@ -306,7 +329,7 @@ def _take_admitted(
     """
     gate = admission.Admission(gates, now=now, using=using, ledger=ledger)
     skip = gate.blocked_names()
-    unlocked = ClaimShape(queues=shape.queues, busy=shape.busy, lock="")
+    unlocked = ClaimShape(queues=shape.queues, busy=shape.busy, lock="", tasks=shape.tasks)
     jobs: list[Job] = []
     seen: list[int] = []  # examined: later rounds leave them out
     idle_rounds = examined = 0

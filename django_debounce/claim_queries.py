@@ -32,6 +32,7 @@ from django.utils import timezone
 from . import compiled
 from .claim_rules import claimable_jobs
 from .conf import settings
+from .executor_choice import ANY_TASK, TaskFilter
 from .models import Job
 
 Status = Job.Status
@@ -60,10 +61,12 @@ class ClaimShape:
     """CoDel queues left out of this round (sorted)."""
     lock: str
     """``"skip_locked"``, ``"for_update"`` or ``""`` (the database has no row locks)."""
+    tasks: TaskFilter = ANY_TASK
+    """The task names the claiming executor takes (:func:`~django_debounce.executor_choice.claim_filter`)."""
 
     def queryset(self, now: datetime, using: str) -> QuerySet[Job]:
         """Return the claim's locked queryset at ``now`` (:func:`claimable_jobs` and this shape)."""
-        qs = claimable_jobs(now, self.queues).using(using)
+        qs = tasks_of(claimable_jobs(now, self.queues).using(using), self.tasks)
         if self.busy:
             qs = qs.exclude(queue__in=list(self.busy))
         if self.lock == "skip_locked":
@@ -114,16 +117,29 @@ def mark_running(
     return compiled.execute_update(entry, values, using)
 
 
-def anything_claimable(now: datetime, queues: Sequence[str] | None, using: str) -> bool:
-    """Return True when :func:`claimable_jobs` at ``now`` has a row (no lock taken).
+def tasks_of(qs: QuerySet[Job], tasks: TaskFilter) -> QuerySet[Job]:
+    """Return ``qs`` restricted to the task names ``tasks`` lets through (issue #10)."""
+    if tasks.only is not None:
+        qs = qs.filter(task_name__in=list(tasks.only))
+    if tasks.skip:
+        qs = qs.exclude(task_name__in=list(tasks.skip))
+    return qs
 
-    The ``exists()`` query is compiled once per (queues, alias) and reused
+
+def anything_claimable(
+    now: datetime, queues: Sequence[str] | None, using: str, tasks: TaskFilter = ANY_TASK
+) -> bool:
+    """Return True when :func:`claimable_jobs` at ``now`` has a row of ``tasks`` (no lock taken).
+
+    The ``exists()`` query is compiled once per (queues, tasks, alias) and reused
     (:mod:`django_debounce.compiled`): an idle worker peeks on every poll.
     """
     shape = tuple(queues or ())
     entry = compiled.compiled(
-        ("peek", shape),
-        lambda slot: claimable_jobs(slot["now"], shape).using(using).query.exists(),
+        ("peek", shape, tasks),
+        lambda slot: tasks_of(
+            claimable_jobs(slot["now"], shape).using(using), tasks
+        ).query.exists(),
         NOW_SLOT,
         using,
     )
@@ -245,6 +261,7 @@ def claim_in_one_statement(
     lease: timedelta,
     queues: Sequence[str] | None,
     using: str,
+    tasks: TaskFilter = ANY_TASK,
 ) -> ClaimedBatch | None:
     """Claim up to ``limit`` due jobs in ONE autocommit statement (PostgreSQL, decision 67).
 
@@ -259,6 +276,7 @@ def claim_in_one_statement(
         lease: how long the claim's lease lasts from the claim's ``now``.
         queues: queues served; empty or None: all.
         using: database alias (PostgreSQL, autocommit).
+        tasks: the task names the claiming executor takes.
 
     Returns:
         The claim: the jobs as stored after it, in claim order (priority
@@ -271,7 +289,7 @@ def claim_in_one_statement(
         DatabaseError: the statement failed (nothing was claimed).
     """
     connection = connections[using]
-    shape = ClaimShape(queues=tuple(queues or ()), busy=(), lock="skip_locked")
+    shape = ClaimShape(queues=tuple(queues or ()), busy=(), lock="skip_locked", tasks=tasks)
     entry = compiled.compiled(
         ("claim_oneshot", shape, limit),
         lambda slot: (
@@ -321,4 +339,5 @@ __all__ = [
     "lock_due",
     "mark_running",
     "one_statement_applies",
+    "tasks_of",
 ]

@@ -20,6 +20,7 @@ from django.core.signals import setting_changed
 from .auto_retry_settings import AUTO_RETRY_DEFAULTS, AutoRetry, parse_auto_retry
 from .durations import DurationLike, parse_duration
 from .exceptions import ConfigurationError
+from .executor_settings import parse_celery_queues, parse_executor
 from .metrics_settings import parse_buckets, parse_metrics_enabled
 from .queue_settings import CODEL_KEYS, QUEUE_KEYS, CodelSettings, parse_queues
 from .redis_settings import parse_redis_alias
@@ -84,6 +85,13 @@ DEFAULTS: dict[str, Any] = {
     "WAKEUP": "auto",
     # django-redis cache alias: rate-limit buckets (redis_settings.py) and the Redis wake-up.
     "REDIS": None,
+    # Who runs jobs: "worker" (run_debounce_worker) or "celery" (docs/howto/celery.md).
+    "EXECUTOR": "worker",
+    # The Celery executor: debounce queue -> Celery queue, and the hand-off's lease.
+    "CELERY_QUEUES": {},
+    "CELERY_HANDOFF_LEASE": "5m",
+    # Dotted path of the Celery app to publish with; None: Celery's current app.
+    "CELERY_APP": None,
 }
 
 
@@ -289,6 +297,35 @@ class Settings:
             ConfigurationError: the setting is invalid (see :func:`parse_queues`).
         """
         return self._kept("QUEUES", parse_queues)
+
+    @property
+    def executor(self) -> str:
+        """``DEBOUNCE_EXECUTOR``: ``"worker"`` (default) or ``"celery"``, for tasks that name none.
+
+        Raises:
+            ConfigurationError: another value (check E025).
+        """
+        return self._kept("EXECUTOR", parse_executor)
+
+    @property
+    def celery_queues(self) -> dict[str, str]:
+        """``DEBOUNCE_CELERY_QUEUES``: debounce queue -> Celery queue (unlisted: same name).
+
+        Raises:
+            ConfigurationError: the setting is invalid (check E026).
+        """
+        return self._kept("CELERY_QUEUES", parse_celery_queues)
+
+    @property
+    def celery_handoff_lease(self) -> timedelta:
+        """``DEBOUNCE_CELERY_HANDOFF_LEASE``: how long a job handed to Celery waits to be taken (5 min)."""
+        return self._duration("CELERY_HANDOFF_LEASE")
+
+    @property
+    def celery_app(self) -> str | None:
+        """``DEBOUNCE_CELERY_APP``: dotted path of the Celery app to publish with (None: current)."""
+        value: str | None = self._get("CELERY_APP")
+        return value
 
 
 settings = Settings()

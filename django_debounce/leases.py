@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from .lifecycle import bury_lapsed
@@ -27,6 +28,10 @@ from .signals import job_dead_lettered, send_signal
 logger = logging.getLogger("django_debounce.worker")
 
 Status = Job.Status
+
+#: ``Job.worker_id`` of a job claimed for a hand-off to another executor (Celery) and not
+#: taken by it yet (:mod:`django_debounce.handoff`, decision 87): such a job has not started.
+HANDOFF_PREFIX = "handoff:"
 
 #: The error written on a job failed for good because its worker stopped renewing its lease.
 LEASE_EXPIRED_ERROR = (
@@ -61,6 +66,11 @@ def reclaim_expired_leases(
     an orphan, including jobs of an earlier process that used the same
     ``--worker-id``.
 
+    A job handed off to Celery and never taken (its ``worker_id`` starts with
+    :data:`HANDOFF_PREFIX`: the publish failed, or the message was lost or
+    waited too long) never started: it goes back to READY with its attempt
+    not counted, and is never dead-lettered for it (decision 88).
+
     A job that still has retries left goes back to READY, keeping its
     ``run_at`` (its place in line); one whose ``attempts`` already used every
     retry is FAILED with a dead letter (a job that kills its workers, §11;
@@ -90,12 +100,20 @@ def reclaim_expired_leases(
         stale = list(qs.order_by("lease_expires_at")[:limit])
         if not stale:
             return 0, 0
-        requeue = [job.pk for job in stale if job.attempts <= job.max_retries]
-        exhausted = [job for job in stale if job.attempts > job.max_retries]
+        handoffs = [job.pk for job in stale if job.worker_id.startswith(HANDOFF_PREFIX)]
+        ran = [job for job in stale if job.pk not in handoffs]
+        requeue = [job.pk for job in ran if job.attempts <= job.max_retries]
+        exhausted = [job for job in ran if job.attempts > job.max_retries]
+        running = Job.objects.using(using).filter(status=Status.RUNNING)
+        if handoffs:  # never started: the claim's attempt is not counted
+            running.filter(pk__in=handoffs).update(
+                status=Status.READY, worker_id="", lease_expires_at=None, attempts=F("attempts") - 1
+            )
         if requeue:
-            Job.objects.using(using).filter(pk__in=requeue, status=Status.RUNNING).update(
+            running.filter(pk__in=requeue).update(
                 status=Status.READY, worker_id="", lease_expires_at=None
             )
+        requeue += handoffs
         if exhausted:
             letters = bury_lapsed(exhausted, error=LEASE_EXPIRED_ERROR, now=now, using=using)
     for job in stale:
@@ -168,4 +186,10 @@ def release_unstarted(
     return released
 
 
-__all__ = ["LEASE_EXPIRED_ERROR", "reclaim_expired_leases", "release_unstarted", "renew_leases"]
+__all__ = [
+    "HANDOFF_PREFIX",
+    "LEASE_EXPIRED_ERROR",
+    "reclaim_expired_leases",
+    "release_unstarted",
+    "renew_leases",
+]

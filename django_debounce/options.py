@@ -25,6 +25,7 @@ from .breaker import CircuitBreaker
 from .conf import settings
 from .durations import DurationLike
 from .exceptions import ConfigurationError
+from .executor_settings import parse_executor
 from .validators import (
     check_duration,
     check_flow_control,
@@ -96,6 +97,9 @@ class TaskOptions:
     """The task's circuit breaker (§6), or ``None``."""
     takes_context: bool = False
     """The function receives a :class:`~django_debounce.context.JobContext` first."""
+    executor: str | None = None
+    """Who runs the task's jobs: ``"worker"`` or ``"celery"``; ``None``: ``DEBOUNCE_EXECUTOR``
+    (issue #10, decision 85)."""
     origin: InitVar[Origin | None] = None
     """Who the options are checked for (not stored); ``None``: a declaration."""
 
@@ -287,6 +291,8 @@ def _check_declaration(options: TaskOptions, where: str) -> timedelta | None:
         raise ConfigurationError(f"{where}: give unique_key= or idempotent=True, not both.")
     if not isinstance(options.takes_context, bool):
         raise ConfigurationError(f"{where}: takes_context must be True or False.")
+    if options.executor is not None:
+        parse_executor(options.executor, where=f"{where}: executor")
     if options.on_excess not in ON_EXCESS:
         raise ConfigurationError(
             f"{where}: on_excess={options.on_excess!r} is unknown; use 'defer' (wait for a "

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
 from . import registry
+from .celery_stacking import adopt
 from .conf import settings
 from .exceptions import ConfigurationError
 from .options import TaskOptions, declare
@@ -160,10 +161,14 @@ class Task(Generic[P, R]):
 
 
 def _make(func: Callable[P, R], name: str | None, options: Mapping[str, object]) -> Task[P, R]:
+    # A Celery task under the decorator: register its body, routed through the window (#10).
+    func, name, options = adopt(func, name, options)
     if not callable(func):
         raise ConfigurationError(f"@task decorates a function, got {func!r}.")
     task_name = check_task_name(name or f"{func.__module__}.{func.__qualname__}")
-    created = Task(func, name=task_name, options=declare(f"task {task_name!r}", options))
+    created: Task[P, R] = Task(
+        func, name=task_name, options=declare(f"task {task_name!r}", options)
+    )
     registry.register(created)
     return created
 

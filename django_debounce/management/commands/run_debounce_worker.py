@@ -8,6 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from django_debounce.celery_executor import Dispatcher
 from django_debounce.conf import settings
 from django_debounce.exceptions import ConfigurationError
 from django_debounce.management.arguments import positive_float, positive_int
@@ -114,6 +115,14 @@ class Command(BaseCommand):
             default="0.0.0.0",
             help="Address the metrics server binds (default 0.0.0.0; 127.0.0.1: this host only).",
         )
+        parser.add_argument(
+            "--dispatch-only",
+            action="store_true",
+            help=(
+                "Run no job here: hand due jobs of Celery-executor tasks to Celery "
+                "(docs/howto/celery.md). Takes --queue, --burst, --poll-interval, --worker-id."
+            ),
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         # call_command() hands keyword options over without argparse's type= checks.
@@ -139,6 +148,14 @@ class Command(BaseCommand):
                 raise CommandError(f"argument --queue: {exc}") from None
         # A daemon thread: it stops with the process (metrics.serve; docs/howto/metrics.md).
         _serve_metrics(options.get("metrics_port"), options.get("metrics_addr", "0.0.0.0"))
+        if options.get("dispatch_only"):
+            Dispatcher(
+                queues=queues,
+                poll_interval=options["poll_interval"],
+                burst=options["burst"],
+                scheduler_id=options["worker_id"],
+            ).run()
+            return
         Worker(
             queues=queues,
             concurrency=options["concurrency"],

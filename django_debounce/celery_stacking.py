@@ -1,0 +1,65 @@
+"""``@debounced_task`` stacked on a Celery task: what to register for it (issue #10).
+
+::
+
+    @debounced_task(debounce="10s", debounce_max_wait="1m")
+    @shared_task
+    def rebuild(user_id): ...
+
+:func:`adopt` turns the Celery task (or the lazy proxy ``@shared_task``
+returns) into what :func:`~django_debounce.tasks.task` registers: a function
+with the Celery task's signature that calls the Celery task (so ``bind=True``
+tasks get ``self`` and a request, as when Celery runs them), the Celery
+task's name as the default name, and ``executor="celery"`` unless given. The
+decorated name then is a debounce :class:`~django_debounce.tasks.Task`:
+``.delay()``/``.apply_async()`` enqueue through the window and return the
+job, whose id is the Celery task id of the message that runs it (decision 90).
+
+Celery is never imported here: a Celery task exists only once Celery is.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+
+def celery_task_of(obj: object) -> Any | None:
+    """Return the Celery task ``obj`` is (a proxy resolved), or ``None`` if it is not one."""
+    if "celery" not in sys.modules:
+        return None
+    from celery.app.task import Task as CeleryTask
+    from celery.local import Proxy
+
+    if isinstance(obj, Proxy):
+        obj = obj._get_current_object()
+    return obj if isinstance(obj, CeleryTask) else None
+
+
+def adopt(
+    func: Any, name: str | None, options: Mapping[str, object]
+) -> tuple[Callable[..., Any], str | None, Mapping[str, object]]:
+    """Return ``(function, name, options)`` to register for ``func`` (unchanged if not a Celery task).
+
+    For a Celery task: a function with the task's ``run`` signature (key
+    templates bind against it, §3) that calls the task; ``name`` defaulting
+    to the Celery task's name; ``executor`` defaulting to ``"celery"``.
+    """
+    celery_task = celery_task_of(func)
+    if celery_task is None:
+        return func, name, options
+
+    def call_celery_task(*args: Any, **kwargs: Any) -> Any:
+        return celery_task(*args, **kwargs)
+
+    functools.update_wrapper(call_celery_task, celery_task.run)
+    return (
+        call_celery_task,
+        name or celery_task.name,
+        {"executor": "celery", **options},
+    )
+
+
+__all__ = ["adopt", "celery_task_of"]

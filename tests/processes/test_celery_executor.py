@@ -1,0 +1,174 @@
+"""The Celery executor against a real ``celery worker`` and a real broker (issue #10).
+
+Each test runs twice: on the local Redis and on the local RabbitMQ. The
+scheduler is either ``run_debounce_worker --dispatch-only`` (a subprocess) or
+:func:`~django_debounce.celery_executor.dispatch_due` called here; the jobs run
+in ``celery -A tests.celery_app worker --pool=solo`` subprocesses.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from collections.abc import Iterator
+
+import pytest
+from django.db import transaction
+
+from django_debounce import celery_executor, handoff
+from django_debounce.models import Job
+from tests.processes.celery_rig import BROKERS, CeleryRig
+from tests.procs import Processes, processes, wait_for
+from tests.testapp.models import CallLog
+from tests.testapp.tasks_celery import record, slow_first, stacked
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.postgres,
+    pytest.mark.slow,
+    pytest.mark.timeout(180),
+]
+
+Status = Job.Status
+
+
+@pytest.fixture(params=sorted(BROKERS))
+def broker(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def procs(tmp_path) -> Iterator[Processes]:
+    with processes(tmp_path, {}) as group:
+        yield group
+
+
+@pytest.fixture
+def rig(broker: str, procs: Processes, settings) -> Iterator[CeleryRig]:
+    built = CeleryRig(broker, procs, DEBOUNCE_TEST_LEASE="3s")
+    for name, value in built.settings().items():
+        setattr(settings, name, value)
+    yield built
+    procs.kill_all()
+    built.close()
+
+
+def _status(job_id: int) -> str:
+    return str(Job.objects.get(pk=job_id).status)
+
+
+def _all_done(ids: list[int]) -> bool:
+    return Job.objects.filter(pk__in=ids, status=Status.SUCCESSFUL).count() == len(ids)
+
+
+def test_dispatcher_hands_jobs_to_a_celery_worker_that_runs_them(rig: CeleryRig) -> None:
+    plain = [record.delay(f"plain-{i}") for i in range(3)]
+    burst = [stacked.delay(key="k", n=n) for n in range(5)]
+    assert len({job.pk for job in burst}) == 1, "a burst on one key is one job"
+    assert [job.outcome for job in burst] == ["created"] + ["debounced"] * 4
+    worker = rig.worker()
+    rig.dispatcher("--poll-interval", "0.2")
+    ids = [job.pk for job in plain] + [burst[0].pk]
+    wait_for(lambda: _all_done(ids), timeout=60, what=lambda: rig.procs.tails())
+
+    for job in plain:
+        job.refresh_from_db()
+        assert job.result == {"tag": job.args[0], "pid": worker.pid}
+        assert job.worker_id.startswith("celery:") and job.attempts == 1
+    runs = CallLog.objects.filter(task="cel.record").order_by("key")
+    assert [(run.key, run.pid) for run in runs] == [(f"plain-{i}", worker.pid) for i in range(3)]
+    # The stacked Celery task ran once, in the Celery worker, with the first call's payload.
+    assert list(
+        CallLog.objects.filter(task="cel.stacked").values_list("key", "payload", "pid")
+    ) == [("k", {"n": 0}, worker.pid)]
+    assert Job.objects.get(pk=burst[0].pk).result == "k:0"
+    # Each message's Celery task id is its job id (Flower and AsyncResult line up).
+    received = set(re.findall(r"django_debounce\.run_job\[(\d+)\] received", worker.stderr()))
+    assert received == {str(pk) for pk in ids}
+
+
+def test_a_message_published_twice_runs_the_job_once(rig: CeleryRig) -> None:
+    job = record.delay("twice")
+    claimed = handoff.claim_for_handoff(
+        scheduler_id="test", limit=10, lease=celery_executor.settings.celery_handoff_lease
+    )
+    assert [j.pk for j in claimed] == [job.pk]
+    assert celery_executor.publish(claimed, app=rig.app) == (1, 0)
+    assert celery_executor.publish(claimed, app=rig.app) == (1, 0)
+    worker = rig.worker()
+    wait_for(lambda: _status(job.pk) == Status.SUCCESSFUL, timeout=60, what=worker.tail)
+    wait_for(
+        lambda: worker.stderr().count(f"django_debounce.run_job[{job.pk}] succeeded") == 2,
+        timeout=30,
+        what=worker.tail,
+    )
+    assert CallLog.objects.filter(task="cel.record", key="twice").count() == 1
+    assert f"message for job {job.pk} is a no-op: it is SUCCESSFUL" in worker.stderr()
+    assert Job.objects.get(pk=job.pk).attempts == 1
+
+
+def test_a_producer_rollback_dispatches_nothing(rig: CeleryRig) -> None:
+    with pytest.raises(RuntimeError), transaction.atomic():
+        record.delay("rolled-back")
+        raise RuntimeError("the view failed")
+    assert celery_executor.dispatch_due(app=rig.app) == 0
+    assert rig.waiting() == 0
+    assert not Job.objects.exists()
+    kept = record.delay("committed")
+    assert celery_executor.dispatch_due(app=rig.app) == 1
+    wait_for(lambda: rig.waiting() == 1, timeout=10, what="the committed job's message")
+    worker = rig.worker()
+    wait_for(lambda: _status(kept.pk) == Status.SUCCESSFUL, timeout=60, what=worker.tail)
+    assert list(CallLog.objects.values_list("key", flat=True)) == ["committed"]
+
+
+def test_a_celery_worker_killed_mid_job_leaves_a_job_that_runs_again_after_its_lease(
+    rig: CeleryRig, settings
+) -> None:
+    job = slow_first.delay("killed")
+    first = rig.worker()
+    assert celery_executor.dispatch_due(app=rig.app) == 1
+    wait_for(lambda: CallLog.objects.filter(key="killed").exists(), timeout=60, what=first.tail)
+    running = Job.objects.get(pk=job.pk)
+    assert running.status == Status.RUNNING and running.worker_id.startswith("celery:")
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait(10)
+    second = rig.worker()
+
+    def rerun_done() -> bool:
+        celery_executor.dispatch_due(app=rig.app)  # reclaims the lapsed lease, hands it off
+        return _status(job.pk) == Status.SUCCESSFUL
+
+    started = time.monotonic()
+    wait_for(rerun_done, timeout=60, interval=0.2, what=second.tail)
+    assert time.monotonic() - started < 30
+    done = Job.objects.get(pk=job.pk)
+    assert (done.attempts, done.result) == (2, "done on attempt 2")
+    runs = list(CallLog.objects.filter(key="killed").order_by("id").values_list("pid", "payload"))
+    assert runs == [(first.pid, {"attempt": 1}), (second.pid, {"attempt": 2})]
+
+
+def test_a_stopped_celery_worker_leaves_jobs_waiting_not_lost(rig: CeleryRig, settings) -> None:
+    settings.DEBOUNCE_CELERY_HANDOFF_LEASE = "2s"
+    worker = rig.worker()
+    worker.send(signal.SIGTERM)
+    assert worker.wait(30) == 0
+    jobs = [record.delay(f"wait-{i}") for i in range(3)]
+    assert celery_executor.dispatch_due(app=rig.app) == 3
+    wait_for(lambda: rig.waiting() == 3, timeout=10, what="three messages in the broker")
+    # The broker loses them (a Redis restart without persistence, a purged queue).
+    assert rig.purge() == 3
+    time.sleep(1)
+    assert {_status(job.pk) for job in jobs} == {Status.RUNNING}, "handed off, waiting"
+    # Once the hand-off lease lapses, a round hands them off again, their attempt not spent.
+    again = rig.worker()
+
+    def all_ran() -> bool:
+        celery_executor.dispatch_due(app=rig.app)
+        return _all_done([j.pk for j in jobs])
+
+    wait_for(all_ran, timeout=60, interval=0.2, what=again.tail)
+    assert sorted(CallLog.objects.values_list("key", flat=True)) == [f"wait-{i}" for i in range(3)]
+    assert set(Job.objects.values_list("attempts", flat=True)) == {1}

@@ -1,0 +1,78 @@
+"""Tasks the Celery executor's tests run in a real ``celery worker`` (tests/processes/test_celery_executor.py).
+
+Every run writes one :class:`~tests.testapp.models.CallLog` row (task, tag,
+attempt, process id), so a test counts runs across processes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from celery import shared_task
+from django.utils import timezone
+
+from django_debounce import debounced_task, task
+from django_debounce.context import JobContext
+
+from .models import CallLog
+
+
+def _log(name: str, context: JobContext, tag: str, **payload: Any) -> CallLog:
+    return CallLog.objects.create(
+        task=name,
+        key=tag,
+        payload={"attempt": context.attempt, **payload},
+        job_id=context.job.pk if context.job is not None else None,
+        pid=os.getpid(),
+        started_at=timezone.now(),
+    )
+
+
+@task(name="cel.record", executor="celery", takes_context=True)
+def record(context: JobContext, tag: str, seconds: float = 0.0) -> dict[str, Any]:
+    """Record a run, sleep ``seconds``, record its end; return the tag and the process id."""
+    log = _log("cel.record", context, tag)
+    time.sleep(seconds)
+    log.finished_at = timezone.now()
+    log.save(update_fields=["finished_at"])
+    return {"tag": tag, "pid": os.getpid()}
+
+
+@task(name="cel.slow_first", executor="celery", takes_context=True, max_retries=2)
+def slow_first(context: JobContext, tag: str) -> str:
+    """Record the run; the first attempt hangs for a minute (its worker is killed meanwhile)."""
+    _log("cel.slow_first", context, tag)
+    if context.attempt == 1:
+        time.sleep(60)
+    return f"done on attempt {context.attempt}"
+
+
+@debounced_task(debounce="300ms", debounce_max_wait="5s", debounce_key="stacked:{key}")
+@shared_task(name="cel.stacked")
+def stacked(key: str, n: int = 0) -> str:
+    """A Celery task routed through a debounce window by the decorator above it."""
+    CallLog.objects.create(
+        task="cel.stacked", key=key, payload={"n": n}, pid=os.getpid(), started_at=timezone.now()
+    )
+    return f"{key}:{n}"
+
+
+@debounced_task(debounce="1s", debounce_max_wait="5s", debounce_key="bound:{0}")
+@shared_task(bind=True, name="cel.bound")
+def bound(self: Any, key: str) -> str:
+    """A bound Celery task under the decorator: Celery passes ``self``, callers never do."""
+    return f"{self.name}:{key}"
+
+
+@task(name="cel.fails", executor="celery", max_retries=2, min_backoff="10s", max_backoff="10s")
+def fails(tag: str) -> None:
+    """Always raise (a retry after 10 s, then a dead letter)."""
+    raise RuntimeError(f"no luck for {tag}")
+
+
+@task(name="cel.on_worker", executor="worker")
+def on_worker(tag: str) -> str:
+    """A task the built-in worker runs even when DEBOUNCE_EXECUTOR is "celery"."""
+    return tag
