@@ -86,6 +86,7 @@ class DebounceTask(Task):  # type: ignore[type-arg]
     on_excess: str | None = None
     concurrency: int | None = None
     circuit_breaker: CircuitBreaker | None = None
+    executor: str | None = None
 
     def __new__(cls, *args: Any, **kwargs: Any) -> DebounceTask:
         """Refuse an unknown ``@task`` keyword with the package's error, naming the likely one.
