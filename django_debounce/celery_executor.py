@@ -38,7 +38,7 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, InterfaceError, connections, router
 from django.utils.module_loading import import_string
 
-from . import handoff, leases
+from . import handoff, leases, wakeup
 from .conf import settings
 from .exceptions import ConfigurationError
 from .execution import run_job
@@ -216,10 +216,13 @@ class Dispatcher:
         self.using = using or router.db_for_write(Job) or DEFAULT_DB_ALIAS
         self.dispatched = 0
         self._stopping = threading.Event()
+        # Set by the wake-up (LISTEN/NOTIFY or Redis, docs/howto/wakeup.md) and by stop().
+        self._wake = threading.Event()
 
     def stop(self) -> None:
         """Stop after the current round."""
         self._stopping.set()
+        self._wake.set()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         logger.info("signal %s: stopping the dispatcher", signum, extra={"action": "shutdown"})
@@ -240,6 +243,10 @@ class Dispatcher:
             extra={"action": "start_dispatcher"},
         )
         failures = 0
+        # An idle dispatcher wakes when a job is enqueued, as the built-in worker does.
+        waker = wakeup.start_wakeup(
+            self._wake, queues=self.queues, using=self.using, listen=not self.burst
+        )
         try:
             while not self._stopping.is_set():
                 try:
@@ -268,8 +275,14 @@ class Dispatcher:
                 if count < self.batch:
                     if self.burst:
                         return self.dispatched
-                    self._stopping.wait(self.poll_interval)
+                    # Sleep until the next deadline, at most a poll; a wake-up ends it early.
+                    timeout = wakeup.idle_timeout(
+                        self.poll_interval, queues=self.queues, using=self.using
+                    )
+                    if self._wake.wait(timeout):
+                        self._wake.clear()
         finally:
+            waker.stop()
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
             connections[self.using].close()

@@ -231,3 +231,37 @@ def test_the_scheduler_runs_the_dead_letter_sweep(clock, settings, monkeypatch):
     letter.refresh_from_db()
     assert letter.retried_at == T and letter.retry_job is not None
     assert Job.objects.get(pk=letter.retry_job_id).status == Status.READY
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_an_idle_dispatcher_wakes_on_listen_notify_not_at_its_poll(settings):
+    """A dispatcher with a 5 s poll hands a due-now job to Celery well within the poll."""
+    import threading
+    import time
+
+    require_service(broker_up(REDIS), f"needs the local Redis at {REDIS}")
+    queue = f"dbt-{uuid.uuid4().hex[:10]}"
+    settings.DEBOUNCE_CELERY_APP = "tests.celery_app.app"
+    settings.DEBOUNCE_CELERY_QUEUES = {"default": queue}
+    dispatcher = celery_executor.Dispatcher(poll_interval=5.0, handle_signals=False)
+    thread = threading.Thread(target=dispatcher.run, daemon=True)
+    thread.start()
+    try:
+        time.sleep(1.0)  # the first (empty) round, then the LISTEN
+        started = time.monotonic()
+        job = record.delay("wake")
+        handed = wait_for(
+            lambda: Job.objects.filter(pk=job.pk, status=Status.RUNNING).first(),
+            timeout=4.5,
+            what="the hand-off",
+        )
+        elapsed = time.monotonic() - started
+    finally:
+        dispatcher.stop()
+        thread.join(10)
+        with make_app(REDIS).connection_for_write() as conn:
+            conn.default_channel.queue_delete(queue)
+    assert handed.worker_id.startswith(leases.HANDOFF_PREFIX)
+    assert elapsed < 1.0, f"handed off after {elapsed:.2f} s (poll 5 s)"
+    assert dispatcher.dispatched == 1
