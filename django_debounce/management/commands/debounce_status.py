@@ -17,6 +17,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from django_debounce.management.arguments import positive_float, positive_int
+from django_debounce.management.database_ready import require_tables
 from django_debounce.status import TOP_WINDOWS, collect_status, render_status
 
 #: ANSI: cursor home, then clear the screen (a real terminal only).
@@ -55,6 +56,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         every = options["watch"]
+        require_tables(options["database"])
         try:
             while True:
                 self._show(options)

@@ -12,6 +12,7 @@ from django.utils import timezone
 from django_debounce.durations import parse_duration
 from django_debounce.exceptions import ConfigurationError
 from django_debounce.management.arguments import positive_int
+from django_debounce.management.database_ready import require_tables
 from django_debounce.retention import DEFAULT_BATCH_SIZE, prunable_jobs, prune_jobs
 
 
@@ -63,6 +64,7 @@ class Command(BaseCommand):
         except argparse.ArgumentTypeError as exc:
             raise CommandError(f"argument --batch-size: {exc}") from None
         using, dry_run = options["database"], bool(options["dry_run"])
+        require_tables(using)
         now = timezone.now()
         progress = None
         if not dry_run and not options["no_progress"]:

@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django_debounce.conf import settings
 from django_debounce.exceptions import ConfigurationError
 from django_debounce.management.arguments import positive_float, positive_int
+from django_debounce.management.database_ready import require_tables
 from django_debounce.validators import check_queue
 from django_debounce.worker import Worker
 
@@ -137,6 +138,7 @@ class Command(BaseCommand):
                 queue_name(queue)
             except argparse.ArgumentTypeError as exc:
                 raise CommandError(f"argument --queue: {exc}") from None
+        require_tables("default")  # one line, not a traceback, before migrate (decision 130)
         # A daemon thread: it stops with the process (metrics.serve; docs/howto/metrics.md).
         _serve_metrics(options.get("metrics_port"), options.get("metrics_addr", "0.0.0.0"))
         Worker(
