@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 from io import StringIO
 
@@ -86,3 +87,16 @@ def test_worker_refuses_a_metrics_port_when_metrics_are_off(settings):
         call_command("run_debounce_worker", burst=True, metrics_port=9)
     with pytest.raises(CommandError, match="--metrics-port"):
         call_command("run_debounce_worker", burst=True, metrics_port=0)
+
+
+@pytest.mark.parametrize("port", ["0", "65536", "99999", "-1", "http"])
+def test_metrics_port_outside_1_to_65535_is_a_usage_error(port):
+    """``--metrics-port 99999`` was an OverflowError traceback from the HTTP server."""
+    from django_debounce.management.commands.run_debounce_worker import port_number
+
+    with pytest.raises(argparse.ArgumentTypeError) as caught:
+        port_number(port)
+    assert repr(port) in str(caught.value)
+    with pytest.raises(CommandError, match=r"argument --metrics-port: .*"):
+        call_command("run_debounce_worker", burst=True, metrics_port=port)
+    assert port_number("65535") == 65535

@@ -52,12 +52,20 @@ def queue_name(value: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def port_number(value: str) -> int:
+    """Parse a TCP port, 1-65535 (``--metrics-port``); 0 and larger numbers are refused."""
+    port = positive_int(value)
+    if port > 65535:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a TCP port (1-65535)")
+    return port
+
+
 def _serve_metrics(port: int | None, addr: str) -> Any:
     """Start the metrics server of ``--metrics-port`` (None: no port given, nothing started)."""
     if port is None:
         return None
     try:
-        port = positive_int(str(port))
+        port = port_number(str(port))
         from django_debounce import metrics
     except argparse.ArgumentTypeError as exc:
         raise CommandError(f"argument --metrics-port: {exc}") from None
@@ -106,7 +114,7 @@ class Command(BaseCommand):
         parser.add_argument("--worker-id", default=None, help="Identity recorded on claimed jobs.")
         parser.add_argument(
             "--metrics-port",
-            type=positive_int,
+            type=port_number,
             default=None,
             help="Serve Prometheus metrics over HTTP on this port (docs/howto/metrics.md).",
         )
@@ -138,9 +146,9 @@ class Command(BaseCommand):
                 queue_name(queue)
             except argparse.ArgumentTypeError as exc:
                 raise CommandError(f"argument --queue: {exc}") from None
-        require_tables("default")  # one line, not a traceback, before migrate (decision 130)
         # A daemon thread: it stops with the process (metrics.serve; docs/howto/metrics.md).
         _serve_metrics(options.get("metrics_port"), options.get("metrics_addr", "0.0.0.0"))
+        require_tables("default")  # one line, not a traceback, before migrate (decision 130)
         Worker(
             queues=queues,
             concurrency=options["concurrency"],
