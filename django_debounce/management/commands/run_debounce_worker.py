@@ -73,7 +73,11 @@ def _serve_metrics(port: int | None, addr: str) -> Any:
         raise CommandError(
             "--metrics-port needs prometheus_client: pip install 'django-debounce[prometheus]'."
         ) from None
-    if settings.metrics is False:
+    try:
+        enabled = settings.metrics
+    except ConfigurationError as exc:  # --skip-checks let a malformed setting through (E040)
+        raise CommandError(str(exc)) from None
+    if enabled is False:
         raise CommandError("--metrics-port: metrics are off (DEBOUNCE_METRICS = False).")
     metrics.install()  # counts even if DjangoDebounceConfig.ready skipped it (idempotent)
     try:
@@ -149,6 +153,10 @@ class Command(BaseCommand):
         # A daemon thread: it stops with the process (metrics.serve; docs/howto/metrics.md).
         _serve_metrics(options.get("metrics_port"), options.get("metrics_addr", "0.0.0.0"))
         require_tables("default")  # one line, not a traceback, before migrate (decision 130)
+        try:
+            settings.prune  # noqa: B018  # the sweep reads it; --skip-checks skipped E045
+        except ConfigurationError as exc:
+            raise CommandError(str(exc)) from None
         Worker(
             queues=queues,
             concurrency=options["concurrency"],
