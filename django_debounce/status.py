@@ -262,9 +262,7 @@ def _fit(sections: list[Section], height: int | None) -> list[int]:
     return shown
 
 
-def render_status(
-    snapshot: dict[str, Any], *, width: int = 80, height: int | None = None
-) -> str:
+def render_status(snapshot: dict[str, Any], *, width: int = 80, height: int | None = None) -> str:
     """Draw :func:`collect_status`'s snapshot as text, no line wider than ``width`` (>= 60).
 
     Args:

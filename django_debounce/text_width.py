@@ -80,4 +80,3 @@ def cut_dotted(path: str, width: int) -> str:
 def pad(text: str, width: int) -> str:
     """``text`` followed by spaces up to ``width`` columns (``str.ljust`` by display width)."""
     return text + " " * max(0, width - display_width(text))
-

@@ -49,9 +49,7 @@ def require_tables(using: str) -> None:
     except DatabaseError as exc:
         raise CommandError(f"database {using!r} cannot be reached: {first_line(exc)}") from None
     models = apps.get_app_config("django_debounce").get_models()
-    wanted = sorted(
-        {m._meta.db_table for m in models if m._meta.managed and not m._meta.proxy}
-    )
+    wanted = sorted({m._meta.db_table for m in models if m._meta.managed and not m._meta.proxy})
     if any(table not in tables for table in wanted):
         raise CommandError(
             f"no django_debounce tables in database {using!r}: run python manage.py migrate."

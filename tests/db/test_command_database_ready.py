@@ -26,7 +26,9 @@ from tests.conftest import is_postgres
 
 
 def _add_alias(alias: str, conf: dict) -> Iterator[str]:
-    connections.settings[alias] = connections.configure_settings({**connections.settings, alias: conf})[alias]
+    connections.settings[alias] = connections.configure_settings(
+        {**connections.settings, alias: conf}
+    )[alias]
     try:
         yield alias
     finally:
@@ -76,9 +78,9 @@ def test_the_check_runs_one_query_and_accepts_a_migrated_database(django_assert_
         require_tables("default")
 
 
-@pytest.mark.parametrize("command, options", [
-    ("debounce_status", {}), ("prune_debounce_jobs", {"older_than": "7d"})
-])
+@pytest.mark.parametrize(
+    "command, options", [("debounce_status", {}), ("prune_debounce_jobs", {"older_than": "7d"})]
+)
 def test_an_unknown_alias_lists_the_configured_ones(command, options):
     with pytest.raises(CommandError) as caught:
         call_command(command, database="nope", **options)
@@ -119,4 +121,3 @@ def test_the_metrics_warning_without_a_table_problem_has_no_hint(unreachable, ca
     with caplog.at_level(logging.WARNING, logger="django_debounce.metrics"):
         list(DatabaseCollector(using=unreachable).collect())
     assert "migrate" not in caplog.records[-1].getMessage()
-

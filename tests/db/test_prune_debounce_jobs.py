@@ -271,9 +271,7 @@ def test_ctrl_c_reports_what_was_deleted_and_exits_130(clock, monkeypatch):
     before = Job.objects.count()
     out, err = io.StringIO(), io.StringIO()
     with pytest.raises(CommandError) as caught:
-        call_command(
-            "prune_debounce_jobs", older_than="7d", batch_size=4, stdout=out, stderr=err
-        )
+        call_command("prune_debounce_jobs", older_than="7d", batch_size=4, stdout=out, stderr=err)
     assert caught.value.returncode == 130
     assert str(caught.value) == "interrupted (Ctrl-C): the rest stays for the next prune"
     assert Job.objects.count() == before - 8

@@ -36,7 +36,9 @@ def older_than_argument(value: Any) -> timedelta:
     """
     if isinstance(value, str) and re.fullmatch(r"\s*[-+]?\d+(\.\d*)?\s*", value):
         n = value.strip()
-        raise CommandError(f"argument --older-than: {value!r} needs a unit: {n}d, {n}h, {n}m or {n}s")
+        raise CommandError(
+            f"argument --older-than: {value!r} needs a unit: {n}d, {n}h, {n}m or {n}s"
+        )
     try:
         return parse_duration(value, name="--older-than")
     except ConfigurationError as exc:
@@ -138,7 +140,9 @@ class Command(BaseCommand):
         """Write what was (or would be) deleted, one fact a line, each within 80 columns."""
         dry_run = bool(options["dry_run"])
         verb = "would delete" if dry_run else "deleted"
-        lines = [f"{verb} {result.jobs:,} job(s) that finished before {cutoff:%Y-%m-%d %H:%M:%S %Z}"]
+        lines = [
+            f"{verb} {result.jobs:,} job(s) that finished before {cutoff:%Y-%m-%d %H:%M:%S %Z}"
+        ]
         if options["dead_letters"]:
             lines.append(f"{verb} {result.dead_letters:,} dead letter(s) created before then")
         if not dry_run:
