@@ -58,7 +58,7 @@ _JOB_GAUGES = {
 }
 
 
-_MIGRATE_HINT = " (the package's tables are missing: run `python manage.py migrate`)"
+_MIGRATE_HINT = " (the package's tables are missing: run python manage.py migrate)"
 
 
 def _names_our_table(exc: DatabaseError) -> bool:

@@ -112,7 +112,7 @@ def test_skip_checks_turns_a_malformed_setting_into_a_command_error(settings):
     settings.DEBOUNCE_PRUNE = {"older_than": "nope"}
     with pytest.raises(CommandError, match=r"^DEBOUNCE_PRUNE\["):
         call_command("run_debounce_worker", burst=True, skip_checks=True)
-    # The manual commands do not read DEBOUNCE_PRUNE: they run (decision 135).
+    # The manual commands do not read DEBOUNCE_PRUNE: they run (decision 134).
     out = StringIO()
     call_command("prune_debounce_jobs", older_than="7d", skip_checks=True, stdout=out)
     assert out.getvalue().startswith("deleted 0 job(s) that finished before ")
