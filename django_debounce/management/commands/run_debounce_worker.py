@@ -7,11 +7,13 @@ import logging
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DEFAULT_DB_ALIAS, router
 
 from django_debounce.conf import settings
 from django_debounce.exceptions import ConfigurationError
 from django_debounce.management.arguments import positive_float, positive_int
 from django_debounce.management.database_ready import require_tables
+from django_debounce.models import Job
 from django_debounce.validators import check_queue
 from django_debounce.worker import Worker
 
@@ -152,7 +154,8 @@ class Command(BaseCommand):
                 raise CommandError(f"argument --queue: {exc}") from None
         # A daemon thread: it stops with the process (metrics.serve; docs/howto/metrics.md).
         _serve_metrics(options.get("metrics_port"), options.get("metrics_addr", "0.0.0.0"))
-        require_tables("default")  # one line, not a traceback, before migrate (decision 130)
+        # One line, not a traceback, before migrate (decision 130); the alias the Worker uses.
+        require_tables(router.db_for_write(Job) or DEFAULT_DB_ALIAS)
         try:
             settings.prune  # noqa: B018  # the sweep reads it; --skip-checks skipped E045
         except ConfigurationError as exc:
