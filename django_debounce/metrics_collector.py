@@ -58,6 +58,16 @@ _JOB_GAUGES = {
 }
 
 
+_MIGRATE_HINT = " (the package's tables are missing: run python manage.py migrate)"
+
+
+def _names_our_table(exc: DatabaseError) -> bool:
+    """Whether the driver's error names one of our tables (SQLite's "no such table: …",
+    PostgreSQL's "relation … does not exist", MariaDB's "Table '…' doesn't exist")."""
+    text = str(exc)
+    return any(table in text for table in (Job._meta.db_table, TaskState._meta.db_table))
+
+
 class DatabaseCollector(Collector):
     """Report READY, due and RUNNING jobs, open windows, queue latency and open breakers.
 
@@ -86,8 +96,9 @@ class DatabaseCollector(Collector):
             families["up"].add_metric([], 1)
         except DatabaseError as exc:
             logger.warning(
-                "metrics: the database refused the queue-depth queries: %s",
+                "metrics: the database refused the queue-depth queries: %s%s",
                 exc,
+                _MIGRATE_HINT if _names_our_table(exc) else "",
                 extra={"action": "metrics_error"},
             )
             families = {"up": self._families()["up"]}

@@ -93,6 +93,7 @@ def prune_jobs(
     now: datetime | None = None,
     using: str = DEFAULT_DB_ALIAS,
     progress: Callable[[int], bool] | None = None,
+    result: PruneResult | None = None,
 ) -> PruneResult:
     """Delete finished jobs older than ``older_than``, one batch per transaction (issue #11).
 
@@ -108,9 +109,13 @@ def prune_jobs(
         progress: called after each batch with the rows that batch deleted;
             returning False stops the prune there (the worker passes one that
             renews its leases and stops on shutdown).
+        result: a :class:`PruneResult` to count into, batch by batch (default
+            a new one). When the prune is interrupted (``KeyboardInterrupt``:
+            the batch in flight rolls back) it holds what was committed
+            (``prune_debounce_jobs`` reports it; decision 134).
 
     Returns:
-        A :class:`PruneResult` with the counts.
+        A :class:`PruneResult` with the counts (``result`` when given).
 
     Raises:
         ValueError: ``batch_size`` below 1 or ``older_than`` not positive
@@ -121,7 +126,7 @@ def prune_jobs(
     if older_than <= timedelta(0):
         raise ValueError(f"older_than={older_than} must be longer than zero")
     cutoff = (now or timezone.now()) - older_than
-    result = PruneResult()
+    result = result if result is not None else PruneResult()
     candidates = prunable_jobs(cutoff, using=using)
     if dry_run:
         result.jobs = candidates.count()
@@ -129,12 +134,16 @@ def prune_jobs(
         if dead_letters:
             result.dead_letters = _old_letters(cutoff, using).count()
         return result
-    result.jobs, result.batches, result.stopped = _delete_all(candidates, batch_size, progress)
+
+    def jobs(count: int) -> None:
+        result.jobs, result.batches = result.jobs + count, result.batches + 1
+
+    def letters(count: int) -> None:
+        result.dead_letters, result.batches = result.dead_letters + count, result.batches + 1
+
+    result.stopped = _delete_all(candidates, batch_size, progress, jobs)
     if dead_letters and not result.stopped:
-        letters, batches, result.stopped = _delete_all(
-            _old_letters(cutoff, using), batch_size, progress
-        )
-        result.dead_letters, result.batches = letters, result.batches + batches
+        result.stopped = _delete_all(_old_letters(cutoff, using), batch_size, progress, letters)
     result.kept_dependencies = _kept_dependencies(cutoff, using)
     return result
 
@@ -151,16 +160,16 @@ def _delete_all(
     rows: QuerySet[Job] | QuerySet[DeadLetter],
     batch_size: int,
     progress: Callable[[int], bool] | None,
-) -> tuple[int, int, bool]:
-    """Delete ``rows`` batch by batch; return (rows deleted, batches, stopped by ``progress``)."""
-    deleted = batches = 0
+    tally: Callable[[int], None],
+) -> bool:
+    """Delete ``rows`` batch by batch, ``tally`` each committed batch; True: stopped by ``progress``."""
     while True:
         count = _delete_batch(rows, batch_size)
         if not count:
-            return deleted, batches, False
-        deleted, batches = deleted + count, batches + 1
+            return False
+        tally(count)
         if progress is not None and not progress(count):
-            return deleted, batches, True
+            return True
 
 
 def _delete_batch(rows: QuerySet[Job] | QuerySet[DeadLetter], batch_size: int) -> int:

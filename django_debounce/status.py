@@ -17,7 +17,7 @@ index range, never by the history (issue #11, item 2; decision 111):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import shutil
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -28,6 +28,7 @@ from django.utils import timezone
 from .claim_rules import live_lease
 from .hold_reasons import flow_view
 from .models import DeadLetter, Job, TaskState
+from .text_width import cut_dotted, cut_end, cut_middle, display_width, pad
 
 #: Open windows listed, busiest (most calls) first.
 TOP_WINDOWS = 5
@@ -215,81 +216,135 @@ def _until(moment: str | None, now: datetime) -> str:
     return ("in " + _age(seconds)) if seconds >= 0 else (_age(-seconds) + " ago")
 
 
-def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
+#: Widest text view: on a wider terminal the extra columns go to names, up to this.
+MAX_WIDTH = 160
+#: Narrowest text view (a narrower terminal wraps lines).
+MIN_WIDTH = 60
+#: The lease column of a live-worker row ("in 59m59s", "1d02h ago").
+LEASE_W = 11
 
 
-def render_status(snapshot: dict[str, Any], *, width: int = 80) -> str:
-    """Draw :func:`collect_status`'s snapshot as text, no line longer than ``width`` (>= 60).
+def screen_size(tty: bool) -> tuple[int, int | None]:
+    """Return ``(width, height)`` for the text view: the terminal's on a terminal.
 
-    Lists longer than :data:`MAX_ROWS` end with a "… and N more" line.
+    Args:
+        tty: whether the output stream is a terminal.
+
+    Returns:
+        Off a terminal ``(80, None)`` (no height limit). On one, the width of
+        :func:`shutil.get_terminal_size` held to 60..160 columns, and its
+        number of lines (decision 132).
+    """
+    if not tty:
+        return 80, None
+    size = shutil.get_terminal_size((80, 24))
+    return max(MIN_WIDTH, min(size.columns, MAX_WIDTH)), max(size.lines, 10)
+
+
+Section = tuple[list[str], list[str], int]
+
+
+def _fit(sections: list[Section], height: int | None) -> list[int]:
+    """How many rows of each section to draw so the view takes at most ``height`` lines.
+
+    A section is ``(heading lines, row lines, rows in all)``; rows not drawn
+    cost one "… and N more" line. The longest list gives a row back first.
+    """
+    shown = [min(len(rows), MAX_ROWS) for _, rows, _ in sections]
+
+    def lines() -> int:
+        return sum(
+            len(head) + n + (n < total) for n, (head, _, total) in zip(shown, sections, strict=True)
+        )
+
+    while height is not None and lines() > height and any(shown):
+        shown[shown.index(max(shown))] -= 1
+    return shown
+
+
+def render_status(snapshot: dict[str, Any], *, width: int = 80, height: int | None = None) -> str:
+    """Draw :func:`collect_status`'s snapshot as text, no line wider than ``width`` (>= 60).
+
+    Args:
+        snapshot: what :func:`collect_status` returned.
+        width: terminal columns (display width: a CJK character takes two).
+        height: lines available (``--watch`` on a terminal) or None: each
+            list is then drawn shorter, longest first, so the heading stays
+            on screen.
+
+    Lists longer than :data:`MAX_ROWS` (or than ``height`` allows) end with
+    a "… and N more" line. Long names are shortened where they differ: keys,
+    queues and worker ids in the middle, dotted task paths keeping the
+    function name; a worker's lease time is always whole (decision 132).
     """
     now = datetime.fromisoformat(snapshot["now"])
-    name_w = max(12, width - 60)
-    out = [f"django-debounce status at {now:%Y-%m-%d %H:%M:%S %Z}", ""]
-    out.append(
-        f"{'queue':<{name_w}} {'ready':>9} {'due':>9} {'running':>9} {'oldest due':>11}"
-        f" {'runs/min':>9}"
-    )
-    for q in snapshot["queues"] or [None]:
-        if q is None:
-            out.append("  (no READY or RUNNING jobs, no runs in the last minute)")
-            continue
-        out.append(
-            f"{_cut(q['queue'], name_w):<{name_w}} {q['ready']:>9,} {q['due']:>9,}"
-            f" {q['running']:>9,} {_age(q['oldest_due_age']):>11} {q['runs_last_minute']:>9,}"
-        )
-    out += ["", "busiest open windows (calls so far, deadline)"]
+    name_w = width - 53
+    queues = [
+        f"{pad(cut_middle(q['queue'], name_w), name_w)} {q['ready']:>9,} {q['due']:>9,}"
+        f" {q['running']:>9,} {_age(q['oldest_due_age']):>11} {q['runs_last_minute']:>9,}"
+        for q in snapshot["queues"]
+    ]
     key_w = width - 38
-    for w in snapshot["windows"] or [None]:
-        if w is None:
-            out.append("  (none open)")
-            continue
-        label = _cut(f"{w['task_name'].rsplit('.', 1)[-1]} {w['key']}", key_w)
+    task_w = key_w // 3
+    windows = []
+    for w in snapshot["windows"]:
+        task = cut_dotted(w["task_name"], task_w).rsplit(".", 1)[-1]
+        label = f"{task} {cut_middle(w['key'] or '', key_w - display_width(task) - 1)}"
         forced = " max" if w["deadline"] == w["max_run_at"] else ""
-        out.append(
-            f"  #{w['id']:<9} {label:<{key_w}} {w['calls']:>7,} {_until(w['deadline'], now):>11}"
-            f"{forced}"
+        windows.append(
+            f"  #{w['id']:<9} {pad(label, key_w)} {w['calls']:>7,}"
+            f" {_until(w['deadline'], now):>11}{forced}"
         )
     letters = snapshot["dead_letters"]
-    kinds = sorted(set(letters["last_day"]))
-    out += ["", "dead letters     last hour   last day"]
-    for kind in kinds or [None]:
-        if kind is None:
-            out.append("  (none in the last day)")
-            continue
-        out.append(
-            f"  {kind:<14} {letters['last_hour'].get(kind, 0):>9,} {letters['last_day'][kind]:>10,}"
-        )
-    sections: tuple[tuple[str, list[dict[str, Any]], Callable[[dict[str, Any]], str]], ...] = (
+    kinds = sorted(letters["last_day"])
+    dead = [
+        f"  {pad(cut_middle(kind, 14), 14)} {letters['last_hour'].get(kind, 0):>9,}"
+        f" {letters['last_day'][kind]:>10,}"
+        for kind in kinds
+    ]
+    task_col = width - 36
+    breakers = [
+        f"  {pad(cut_dotted(b['task_name'], task_col), task_col)} {b['state']:<9}"
+        f" probe {_until(b['reset_due_at'], now)}"
+        for b in snapshot["breakers"]
+    ]
+    buckets = [
+        f"  {pad(cut_dotted(b['task_name'], task_col), task_col)}"
+        f" {b['tokens']:>5.2f}/{b['capacity']:<4} next {_until(b['next_token_at'], now)}"
+        for b in snapshot["buckets"]
+    ]
+    worker_w = width - 23 - LEASE_W  # "  ", " 1234 running, lease ", the lease
+    workers = [
+        f"  {pad(cut_middle(w['worker_id'], worker_w), worker_w)} {w['running']:>4}"
+        f" running, lease {_until(w['lease_expires_at'], now)}"
+        for w in snapshot["workers"]
+    ]
+    parts: list[tuple[list[str], list[str], str]] = [
         (
-            "open circuit breakers",
-            snapshot["breakers"],
-            lambda b: (
-                f"  {_cut(b['task_name'], width - 36):<{width - 36}} {b['state']:<9}"
-                f" probe {_until(b['reset_due_at'], now)}"
-            ),
+            [
+                f"django-debounce status at {now:%Y-%m-%d %H:%M:%S %Z}",
+                "",
+                f"{'queue':<{name_w}} {'ready':>9} {'due':>9} {'running':>9}"
+                f" {'oldest due':>11} {'runs/min':>9}",
+            ],
+            queues,
+            "(no READY or RUNNING jobs, no runs in the last minute)",
         ),
-        (
-            "exhausted token buckets",
-            snapshot["buckets"],
-            lambda b: (
-                f"  {_cut(b['task_name'], width - 36):<{width - 36}}"
-                f" {b['tokens']:>5.2f}/{b['capacity']:<4} next {_until(b['next_token_at'], now)}"
-            ),
-        ),
-        (
-            "live workers (RUNNING jobs under a live lease)",
-            snapshot["workers"],
-            lambda w: (
-                f"  {_cut(w['worker_id'], width - 30):<{width - 30}} {w['running']:>4}"
-                f" running, lease {_until(w['lease_expires_at'], now)}"
-            ),
-        ),
-    )
-    for title, rows, line in sections:
-        out += ["", f"{title}: {len(rows)}"]
-        out += [_cut(line(r), width) for r in rows[:MAX_ROWS]]
-        if len(rows) > MAX_ROWS:
-            out.append(f"  … and {len(rows) - MAX_ROWS} more (--format json lists all)")
-    return "\n".join(_cut(text, width) for text in out)
+        (["", "busiest open windows (calls so far, deadline)"], windows, "(none open)"),
+        (["", "dead letters     last hour   last day"], dead, "(none in the last day)"),
+        (["", f"open circuit breakers: {len(breakers)}"], breakers, ""),
+        (["", f"exhausted token buckets: {len(buckets)}"], buckets, ""),
+        (["", f"live workers (RUNNING jobs under a live lease): {len(workers)}"], workers, ""),
+    ]
+    # An empty list's "(none …)" line belongs to its heading: never traded for "… more".
+    sections: list[Section] = [
+        (head + ([f"  {empty}"] if empty and not rows else []), rows, len(rows))
+        for head, rows, empty in parts
+    ]
+    out: list[str] = []
+    for (head, rows, total), n in zip(sections, _fit(sections, height), strict=True):
+        out += head + rows[:n]
+        if n < total:
+            more = " (--format json lists all)" if n >= MAX_ROWS else ""
+            out.append(f"  … and {total - n} more{more}")
+    return "\n".join(cut_end(text, width) for text in out)

@@ -16,6 +16,7 @@ Only :class:`matplotlib.figure.Figure` and its Agg canvas are used (no
 from __future__ import annotations
 
 import bisect
+import os
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -104,14 +105,41 @@ def load_matplotlib() -> Any:
     return dates, FigureCanvasAgg, Figure
 
 
+def check_target(path: Path) -> None:
+    """Refuse a ``--plot`` path that :func:`draw` could not write, before the replay runs.
+
+    The file's directory must exist and be writable, and its extension name
+    a format matplotlib writes (``png``, ``svg``, ``pdf``, ``jpg``, ``webp``, ...:
+    ``FigureCanvasAgg.get_supported_filetypes()``; ``savefig`` picks the
+    format from the extension).
+
+    Raises:
+        PlotError: matplotlib is missing, or the path fails one of the above.
+    """
+    _, canvas_class, figure_class = load_matplotlib()
+    formats = canvas_class(figure_class()).get_supported_filetypes()
+    suffix = path.suffix.lower().lstrip(".")
+    if suffix not in formats:
+        shown = ", ".join(sorted(formats))
+        raise PlotError(
+            f"{'no' if not suffix else f'.{suffix} is not an'} image extension matplotlib "
+            f"writes; end the file name in one of: {shown}"
+        )
+    folder = path.parent
+    if not folder.is_dir():
+        raise PlotError(f"directory {str(folder)!r} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PlotError(f"directory {str(folder)!r} is not writable")
+
+
 def draw(
     events: Sequence[Event], path: Path, *, keys: int = 8, span_hours: float = 24.0
 ) -> PlotInfo:
-    """Draw the picture of the replay just run into ``path`` (a PNG).
+    """Draw the picture of the replay just run into ``path`` (PNG, SVG, PDF: its extension).
 
     Args:
         events: the replayed events, in time order.
-        path: the PNG to write.
+        path: the image to write (:func:`check_target` vets it first).
         keys: how many folders get a timeline (the busiest in the stretch).
         span_hours: length of the stretch shown (see :func:`_stretch`).
 

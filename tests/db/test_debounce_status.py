@@ -163,3 +163,35 @@ def test_empty_database(clock):
     out = io.StringIO()
     call_command("debounce_status", stdout=out)
     assert "(no READY or RUNNING jobs" in out.getvalue()
+
+
+@pytest.mark.parametrize("every", ["inf", "nan", "0.0001", "0.49", "86401", "-2", "soon"])
+def test_watch_interval_outside_half_a_second_to_a_day_is_refused(every):
+    """``--watch inf`` was an OverflowError; ``--watch 0.0001`` hammered the database."""
+    from django.core.management import CommandError
+
+    with pytest.raises(CommandError) as caught:
+        call_command("debounce_status", watch=every)
+    assert str(caught.value).startswith(f"argument --watch: {every!r} ")
+
+
+def test_watch_json_writes_one_compact_document_per_line(clock, monkeypatch):
+    """JSON Lines under ``--watch`` (decision 133): each line parses on its own."""
+    from django_debounce.management.commands import debounce_status
+
+    seed()
+    naps = []
+
+    def sleep(seconds: float) -> None:
+        naps.append(seconds)
+        if len(naps) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(debounce_status.time, "sleep", sleep)
+    out = io.StringIO()
+    call_command("debounce_status", format="json", watch="0.5", stdout=out)
+    lines = out.getvalue().splitlines()
+    assert naps == [0.5, 0.5]
+    assert len(lines) == 3 and lines[2] == ""  # Ctrl-C ends the output with a newline
+    documents = [json.loads(line) for line in lines[:2]]
+    assert [d["queues"][0]["ready"] for d in documents] == [8, 8]

@@ -148,3 +148,20 @@ def test_the_view_serves_counts_and_database_gauges(client, clock, burst, delta)
     assert samples[("django_debounce_running_jobs", labels)] == 0
     assert samples[("django_debounce_collector_up", ())] == 1
     assert client.post("/metrics/").status_code == 405
+
+
+def test_head_answers_like_get_without_a_body(client):
+    """The docstring's promise: GET and HEAD (Django's ``require_safe``)."""
+    response = client.head("/metrics/")
+    assert response.status_code == 200
+    assert response["Content-Type"] == CONTENT_TYPE_LATEST
+    assert response.content == b""
+
+
+def test_the_view_answers_404_when_metrics_are_off(client, settings, django_assert_num_queries):
+    """``DEBOUNCE_METRICS = False``: like the worker's refused ``--metrics-port`` (decision 131)."""
+    settings.DEBOUNCE_METRICS = False
+    with django_assert_num_queries(0):
+        response = client.get("/metrics/")
+    assert response.status_code == 404
+    assert response.content == b"metrics are off (DEBOUNCE_METRICS = False)\n"

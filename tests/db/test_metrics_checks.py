@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 from io import StringIO
 
@@ -86,3 +87,35 @@ def test_worker_refuses_a_metrics_port_when_metrics_are_off(settings):
         call_command("run_debounce_worker", burst=True, metrics_port=9)
     with pytest.raises(CommandError, match="--metrics-port"):
         call_command("run_debounce_worker", burst=True, metrics_port=0)
+
+
+@pytest.mark.parametrize("port", ["0", "65536", "99999", "-1", "http"])
+def test_metrics_port_outside_1_to_65535_is_a_usage_error(port):
+    """``--metrics-port 99999`` was an OverflowError traceback from the HTTP server."""
+    from django_debounce.management.commands.run_debounce_worker import port_number
+
+    with pytest.raises(argparse.ArgumentTypeError) as caught:
+        port_number(port)
+    assert repr(port) in str(caught.value)
+    with pytest.raises(CommandError, match=r"argument --metrics-port: .*"):
+        call_command("run_debounce_worker", burst=True, metrics_port=port)
+    assert port_number("65535") == 65535
+
+
+@pytest.mark.django_db
+def test_skip_checks_turns_a_malformed_setting_into_a_command_error(settings):
+    """``--skip-checks`` lets E040/E045 through: the worker still says what is wrong in one line."""
+    settings.DEBOUNCE_METRICS = "yes"
+    with pytest.raises(CommandError, match=r"^DEBOUNCE_METRICS='yes' must be None"):
+        call_command("run_debounce_worker", burst=True, metrics_port=9, skip_checks=True)
+    settings.DEBOUNCE_METRICS = None
+    settings.DEBOUNCE_PRUNE = {"older_than": "nope"}
+    with pytest.raises(CommandError, match=r"^DEBOUNCE_PRUNE\["):
+        call_command("run_debounce_worker", burst=True, skip_checks=True)
+    # The manual commands do not read DEBOUNCE_PRUNE: they run (decision 134).
+    out = StringIO()
+    call_command("prune_debounce_jobs", older_than="7d", skip_checks=True, stdout=out)
+    assert out.getvalue().startswith("deleted 0 job(s) that finished before ")
+    call_command("debounce_status", skip_checks=True, stdout=StringIO())
+    with pytest.raises(SystemCheckError, match="django_debounce.E045"):
+        call_command("prune_debounce_jobs", older_than="7d", skip_checks=False)

@@ -89,9 +89,10 @@ def test_prune_deletes_old_finished_jobs_and_keeps_the_rest(clock):
     job_deletes = [rows for table, rows in seen if table == Job._meta.db_table]
     assert sum(job_deletes) == 17 and max(job_deletes) <= 4
     assert max(rows for _, rows in seen) <= 4
+    # One fact a line, each within 80 columns.
     assert out.getvalue().splitlines() == [
-        f"deleted 17 finished job(s) that finished before {T - 7 * DAY:%Y-%m-%d %H:%M:%S %Z}"
-        " in 5 batch(es) of at most 4",
+        f"deleted 17 job(s) that finished before {T - 7 * DAY:%Y-%m-%d %H:%M:%S %Z}",
+        "in 5 batch(es) of at most 4 rows",
         "kept 1 finished job(s) that a READY or RUNNING job depends on",
     ]
 
@@ -104,8 +105,10 @@ def test_dry_run_counts_and_deletes_nothing(clock):
         "prune_debounce_jobs", older_than="7d", dry_run=True, dead_letters=True, stdout=out
     )
     assert Job.objects.count() == before
-    assert out.getvalue().startswith("would delete 17 finished job(s)")
-    assert "and 1 dead letter(s)" in out.getvalue()
+    assert out.getvalue().splitlines()[:2] == [
+        f"would delete 17 job(s) that finished before {T - 7 * DAY:%Y-%m-%d %H:%M:%S %Z}",
+        "would delete 1 dead letter(s) created before then",
+    ]
 
 
 def test_dead_letters_flag_prunes_old_letters_too(clock):
@@ -219,3 +222,100 @@ def test_progress_lines_on_stderr(clock):
         "pruned 17 of 17 jobs (100%)",
         "",
     ]
+
+
+@pytest.mark.parametrize(
+    "typed, message",
+    [
+        ("7", "argument --older-than: '7' needs a unit: 7d, 7h, 7m or 7s"),
+        ("0", "argument --older-than: '0' needs a unit: 0d, 0h, 0m or 0s"),
+        ("0s", "argument --older-than: '0s' must be longer than zero (e.g. 7d)"),
+        ("7 days", "argument --older-than: '7 days' is not a duration (7d, 12h, 30m)"),
+        ("99999d", "argument --older-than: '99999d' is over 100 years (36500d)"),
+    ],
+)
+def test_older_than_messages_echo_what_was_typed(clock, typed, message):
+    """Decision 134: a unit is required on the command line; no word of "timedelta"."""
+    seed()
+    before = Job.objects.count()
+    with pytest.raises(CommandError) as caught:
+        call_command("prune_debounce_jobs", older_than=typed)
+    assert str(caught.value) == message
+    assert len("CommandError: " + message) <= 80
+    assert Job.objects.count() == before
+
+
+def test_python_callers_may_still_give_seconds_or_a_timedelta(clock):
+    seed()
+    out = io.StringIO()
+    call_command("prune_debounce_jobs", older_than=7 * 86400, dry_run=True, stdout=out)
+    assert out.getvalue().startswith("would delete 17 job(s)")
+    call_command("prune_debounce_jobs", older_than=7 * DAY, dry_run=True, stdout=out)
+
+
+def test_ctrl_c_reports_what_was_deleted_and_exits_130(clock, monkeypatch):
+    """Ctrl-C in the third batch: two batches stay deleted, the third rolls back (decision 134)."""
+    from django_debounce import retention
+
+    seed()
+    real = retention._delete_batch
+    calls = []
+
+    def batch(rows, batch_size):
+        calls.append(batch_size)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # what Python raises on SIGINT, here between two batches
+        return real(rows, batch_size)
+
+    monkeypatch.setattr(retention, "_delete_batch", batch)
+    before = Job.objects.count()
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.raises(CommandError) as caught:
+        call_command("prune_debounce_jobs", older_than="7d", batch_size=4, stdout=out, stderr=err)
+    assert caught.value.returncode == 130
+    assert str(caught.value) == "interrupted (Ctrl-C): the rest stays for the next prune"
+    assert Job.objects.count() == before - 8
+    assert out.getvalue().splitlines() == [
+        f"deleted 8 job(s) that finished before {T - 7 * DAY:%Y-%m-%d %H:%M:%S %Z}",
+        "in 2 batch(es) of at most 4 rows",
+    ]
+
+
+@pytest.mark.postgres
+@pytest.mark.row_locks
+@pytest.mark.django_db(transaction=True)
+def test_rows_another_prune_holds_are_skipped_and_the_summary_says_so():
+    """Two prunes at once (decision 134): rows locked by the other are left to it."""
+    from django.db import connections, transaction
+
+    if connection.vendor != "postgresql":
+        pytest.skip("FOR UPDATE SKIP LOCKED: PostgreSQL run only")
+    old = T - 8 * DAY
+    jobs = JobFactory.create_batch(6, status=Status.SUCCESSFUL, finished_at=old)
+    held = [j.pk for j in jobs[:2]]
+    locked, release = threading.Event(), threading.Event()
+
+    def other_prune() -> None:
+        try:
+            with transaction.atomic():
+                list(Job.objects.select_for_update().filter(pk__in=held))
+                locked.set()
+                release.wait(30)
+                Job.objects.filter(pk__in=held).delete()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=other_prune)
+    thread.start()
+    try:
+        assert locked.wait(30)
+        out = io.StringIO()
+        call_command("prune_debounce_jobs", older_than="7d", stdout=out, no_progress=True)
+    finally:
+        release.set()
+        thread.join(30)
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("deleted 4 job(s) that finished before ")
+    assert lines[2] == "2 of the 6 job(s) counted at the start went to another prune"
+    assert max(len(line) for line in lines) <= 80
+    assert Job.objects.count() == 0

@@ -46,3 +46,37 @@ def test_busiest_span_finds_the_densest_stretch():
     times = [0, 1, 50, 51, 52, 53, 200]
     assert busiest_span(times, 10) == (50, 60)
     assert busiest_span([5.0], 10) == (5.0, 15.0)
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("missing/replay.png", "directory '{tmp}/missing' does not exist"),
+        ("replay.txt", ".txt is not an image extension matplotlib writes; end the file name"),
+        ("replay", "no image extension matplotlib writes; end the file name in one of: "),
+    ],
+)
+def test_a_bad_plot_path_is_refused_before_the_replay(tmp_path, name, message):
+    """The path is checked first: a replay takes minutes (nothing is enqueued or reset)."""
+    pytest.importorskip("matplotlib")
+    before = Job.objects.count()
+    rebuild_docs.delay("docs/keep")  # a reset would delete it
+    with pytest.raises(CommandError) as caught:
+        call_command("replay_events", limit=20, plot=tmp_path / name, no_progress=True)
+    assert str(caught.value).startswith(f"--plot {tmp_path / name}: ")
+    assert message.format(tmp=tmp_path) in str(caught.value)
+    assert Job.objects.count() == before + 1
+
+
+def test_svg_is_written_too(tmp_path):
+    pytest.importorskip("matplotlib")
+    target = tmp_path / "replay.svg"
+    call_command("replay_events", limit=60, plot=target, no_progress=True, stdout=StringIO())
+    assert target.read_text()[:200].lstrip().startswith("<?xml")
+
+
+@pytest.mark.parametrize("option", [{"plot_keys": 3}, {"plot_hours": 2.0}])
+def test_plot_shape_options_need_plot(option):
+    flag = "--" + next(iter(option)).replace("_", "-")
+    with pytest.raises(CommandError, match=f"^{flag} shapes --plot; add --plot FILE.$"):
+        call_command("replay_events", limit=20, **option)

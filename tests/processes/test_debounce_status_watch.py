@@ -20,10 +20,13 @@ from tests.factories import JobFactory
 @pytest.mark.django_db(transaction=True)
 def test_watch_redraws_on_a_terminal_and_ctrl_c_exits_0():
     JobFactory.create_batch(3, queue="watched")
+    # Taller than the 20-line terminal: the lists shrink so the heading stays (decision 132).
+    for n in range(12):
+        JobFactory(queue=f"x{n:02d}")  # listed after "watched"
     leader, follower = pty.openpty()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "django", "debounce_status", "--watch", "0.2"],
-        env=child_env(COLUMNS="80"),
+        [sys.executable, "-m", "django", "debounce_status", "--watch", "0.5"],
+        env=child_env(COLUMNS="80", LINES="20"),
         stdin=subprocess.DEVNULL,
         stdout=follower,
         stderr=subprocess.PIPE,
@@ -48,4 +51,6 @@ def test_watch_redraws_on_a_terminal_and_ctrl_c_exits_0():
     for frame in frames[:3]:
         lines = frame.replace("\r", "").splitlines()
         assert max(len(line) for line in lines) <= 80
+        assert len(lines) <= 19 and lines[0].startswith("django-debounce status at")
+        assert any(line.startswith("  … and ") for line in lines)
         assert any(line.split()[:4] == ["watched", "3", "3", "0"] for line in lines)

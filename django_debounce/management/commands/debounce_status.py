@@ -10,17 +10,33 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
+import math
 import time
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
-from django_debounce.management.arguments import positive_float, positive_int
-from django_debounce.status import TOP_WINDOWS, collect_status, render_status
+from django_debounce.management.arguments import positive_int
+from django_debounce.management.database_ready import require_tables
+from django_debounce.status import TOP_WINDOWS, collect_status, render_status, screen_size
 
 #: ANSI: cursor home, then clear the screen (a real terminal only).
 CLEAR = "\x1b[H\x1b[2J"
+#: ``--watch`` redraws at most twice a second and at least once a day (decision 133).
+WATCH_MIN, WATCH_MAX = 0.5, 86400.0
+
+
+def watch_seconds(value: str) -> float:
+    """Parse ``--watch SECONDS``: a number from 0.5 to 86400 (nan and inf refused)."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+    if not (math.isfinite(number) and WATCH_MIN <= number <= WATCH_MAX):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} must be from {WATCH_MIN} to {WATCH_MAX:.0f} seconds (one day)"
+        )
+    return number
 
 
 class Command(BaseCommand):
@@ -37,11 +53,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--watch",
             nargs="?",
-            type=positive_float,
+            type=watch_seconds,
             const=2.0,
             default=None,
             metavar="SECONDS",
-            help="Redraw every SECONDS (default 2) until Ctrl-C.",
+            help="Redraw every SECONDS (0.5 to 86400, default 2) until Ctrl-C; with "
+            "--format json, one compact JSON document per line (JSON Lines).",
         )
         parser.add_argument(
             "--top",
@@ -55,6 +72,12 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         every = options["watch"]
+        if every is not None:  # call_command() passes keywords without argparse's type=
+            try:
+                every = watch_seconds(str(every))
+            except argparse.ArgumentTypeError as exc:
+                raise CommandError(f"argument --watch: {exc}") from None
+        require_tables(options["database"])
         try:
             while True:
                 self._show(options)
@@ -66,12 +89,19 @@ class Command(BaseCommand):
 
     def _show(self, options: dict[str, Any]) -> None:
         snapshot = collect_status(using=options["database"], top=options["top"])
+        watching = options["watch"] is not None
         if options["format"] == "json":
-            self.stdout.write(json.dumps(snapshot, indent=2, sort_keys=True))
+            if watching:  # JSON Lines: one document per line, for `| jq -c` or a log
+                self.stdout.write(json.dumps(snapshot, sort_keys=True, separators=(",", ":")))
+            else:
+                self.stdout.write(json.dumps(snapshot, indent=2, sort_keys=True))
             return
-        width = max(60, min(shutil.get_terminal_size((80, 24)).columns, 80))
-        text = render_status(snapshot, width=width)
-        if options["watch"] is not None and self.stdout.isatty():
+        tty = self.stdout.isatty()
+        width, height = screen_size(tty)
+        if watching and tty:
+            # One line is left for the cursor: the heading never scrolls away.
+            text = render_status(snapshot, width=width, height=(height or 24) - 1)
             self.stdout.write(CLEAR + text)
         else:
-            self.stdout.write(text + ("\n" if options["watch"] is not None else ""))
+            text = render_status(snapshot, width=width)
+            self.stdout.write(text + ("\n" if watching else ""))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -12,7 +13,42 @@ from django.utils import timezone
 from django_debounce.durations import parse_duration
 from django_debounce.exceptions import ConfigurationError
 from django_debounce.management.arguments import positive_int
-from django_debounce.retention import DEFAULT_BATCH_SIZE, prunable_jobs, prune_jobs
+from django_debounce.management.database_ready import require_tables
+from django_debounce.retention import (
+    DEFAULT_BATCH_SIZE,
+    PruneResult,
+    prunable_jobs,
+    prune_jobs,
+)
+
+
+def older_than_argument(value: Any) -> timedelta:
+    """Parse ``--older-than``: a duration with a unit such as ``7d``, ``12h``, ``30m`` or ``90s``.
+
+    A bare number typed on the command line (``--older-than 7``) is refused:
+    it would be seven seconds, almost surely meant as days (decision 134).
+    From Python (``call_command(..., older_than=600)``) an ``int``/``float``
+    is seconds and a ``timedelta`` is taken as is.
+
+    Raises:
+        CommandError: not a duration, a bare number in a string, zero or
+            negative, or over 100 years; the message echoes what was given.
+    """
+    if isinstance(value, str) and re.fullmatch(r"\s*[-+]?\d+(\.\d*)?\s*", value):
+        n = value.strip()
+        raise CommandError(
+            f"argument --older-than: {value!r} needs a unit: {n}d, {n}h, {n}m or {n}s"
+        )
+    try:
+        return parse_duration(value, name="--older-than")
+    except ConfigurationError as exc:
+        if "longer than zero" in str(exc):
+            reason = "must be longer than zero (e.g. 7d)"
+        elif "100 years" in str(exc):
+            reason = "is over 100 years (36500d)"
+        else:
+            reason = "is not a duration (7d, 12h, 30m)"
+        raise CommandError(f"argument --older-than: {value!r} {reason}") from None
 
 
 class Command(BaseCommand):
@@ -27,7 +63,9 @@ class Command(BaseCommand):
         parser.add_argument(
             "--older-than",
             required=True,
-            help="Age of the finished_at cutoff: seconds or a duration such as '7d', '12h'.",
+            metavar="DURATION",
+            help="Age of the finished_at cutoff: a number and a unit such as 7d, 12h, 30m, "
+            "90s (a bare number is refused: give the unit).",
         )
         parser.add_argument(
             "--batch-size",
@@ -51,45 +89,76 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        older_than = options["older_than"]
-        if isinstance(older_than, str) and re.fullmatch(r"\s*\d+(\.\d+)?\s*", older_than):
-            older_than = float(older_than)  # the help promises seconds: "--older-than 600"
-        try:
-            older_than = parse_duration(older_than, name="--older-than")
-        except ConfigurationError as exc:
-            raise CommandError(str(exc)) from None
+        older_than = older_than_argument(options["older_than"])
         try:
             batch_size = positive_int(str(options["batch_size"]))
         except argparse.ArgumentTypeError as exc:
             raise CommandError(f"argument --batch-size: {exc}") from None
         using, dry_run = options["database"], bool(options["dry_run"])
+        require_tables(using)
         now = timezone.now()
-        progress = None
-        if not dry_run and not options["no_progress"]:
-            progress = self._progress(prunable_jobs(now - older_than, using=using).count())
-        result = prune_jobs(
-            older_than=older_than,
-            batch_size=batch_size,
-            dead_letters=bool(options["dead_letters"]),
-            dry_run=dry_run,
-            now=now,
-            using=using,
-            progress=progress,
-        )
+        cutoff = now - older_than
+        counted = progress = None
+        result = PruneResult()
+        try:
+            if not dry_run:
+                counted = prunable_jobs(cutoff, using=using).count()
+                if not options["no_progress"]:
+                    progress = self._progress(counted)
+            prune_jobs(
+                older_than=older_than,
+                batch_size=batch_size,
+                dead_letters=bool(options["dead_letters"]),
+                dry_run=dry_run,
+                now=now,
+                using=using,
+                progress=progress,
+                result=result,
+            )
+        except KeyboardInterrupt:  # the batch in flight rolled back; report what is done
+            self._end_progress_line(progress)
+            self._summary(result, options, cutoff, batch_size, counted=None)
+            raise CommandError(
+                "interrupted (Ctrl-C): the rest stays for the next prune", returncode=130
+            ) from None
+        self._end_progress_line(progress)
+        self._summary(result, options, cutoff, batch_size, counted=counted)
+
+    def _end_progress_line(self, progress: Any) -> None:
         if progress is not None and self.stderr.isatty():
             self.stderr.write("")  # end the line the progress redrew in place
+
+    def _summary(
+        self,
+        result: PruneResult,
+        options: dict[str, Any],
+        cutoff: datetime,
+        batch_size: int,
+        *,
+        counted: int | None,
+    ) -> None:
+        """Write what was (or would be) deleted, one fact a line, each within 80 columns."""
+        dry_run = bool(options["dry_run"])
         verb = "would delete" if dry_run else "deleted"
-        line = f"{verb} {result.jobs:,} finished job(s) that finished before {now - older_than:%Y-%m-%d %H:%M:%S %Z}"
+        lines = [
+            f"{verb} {result.jobs:,} job(s) that finished before {cutoff:%Y-%m-%d %H:%M:%S %Z}"
+        ]
         if options["dead_letters"]:
-            line += f" and {result.dead_letters:,} dead letter(s)"
+            lines.append(f"{verb} {result.dead_letters:,} dead letter(s) created before then")
         if not dry_run:
-            line += f" in {result.batches:,} batch(es) of at most {batch_size:,}"
-        self.stdout.write(line)
+            lines.append(f"in {result.batches:,} batch(es) of at most {batch_size:,} rows")
+        if counted is not None and result.jobs < counted and not result.stopped:
+            lines.append(
+                f"{counted - result.jobs:,} of the {counted:,} job(s) counted at the start "
+                "went to another prune"
+            )
         if result.kept_dependencies:
-            self.stdout.write(
+            lines.append(
                 f"kept {result.kept_dependencies:,} finished job(s) that a READY or RUNNING "
                 "job depends on"
             )
+        for line in lines:
+            self.stdout.write(line)
 
     def _progress(self, total: int) -> Any:
         """A one-line progress count on stderr, redrawn in place (``\\r``) after each batch."""

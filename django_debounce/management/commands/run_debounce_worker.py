@@ -7,11 +7,14 @@ import logging
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DEFAULT_DB_ALIAS, router
 
 from django_debounce.celery_executor import Dispatcher
 from django_debounce.conf import settings
 from django_debounce.exceptions import ConfigurationError
 from django_debounce.management.arguments import positive_float, positive_int
+from django_debounce.management.database_ready import require_tables
+from django_debounce.models import Job
 from django_debounce.validators import check_queue
 from django_debounce.worker import Worker
 
@@ -52,12 +55,20 @@ def queue_name(value: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def port_number(value: str) -> int:
+    """Parse a TCP port, 1-65535 (``--metrics-port``); 0 and larger numbers are refused."""
+    port = positive_int(value)
+    if port > 65535:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a TCP port (1-65535)")
+    return port
+
+
 def _serve_metrics(port: int | None, addr: str) -> Any:
     """Start the metrics server of ``--metrics-port`` (None: no port given, nothing started)."""
     if port is None:
         return None
     try:
-        port = positive_int(str(port))
+        port = port_number(str(port))
         from django_debounce import metrics
     except argparse.ArgumentTypeError as exc:
         raise CommandError(f"argument --metrics-port: {exc}") from None
@@ -65,7 +76,11 @@ def _serve_metrics(port: int | None, addr: str) -> Any:
         raise CommandError(
             "--metrics-port needs prometheus_client: pip install 'django-debounce[prometheus]'."
         ) from None
-    if settings.metrics is False:
+    try:
+        enabled = settings.metrics
+    except ConfigurationError as exc:  # --skip-checks let a malformed setting through (E040)
+        raise CommandError(str(exc)) from None
+    if enabled is False:
         raise CommandError("--metrics-port: metrics are off (DEBOUNCE_METRICS = False).")
     metrics.install()  # counts even if DjangoDebounceConfig.ready skipped it (idempotent)
     try:
@@ -106,7 +121,7 @@ class Command(BaseCommand):
         parser.add_argument("--worker-id", default=None, help="Identity recorded on claimed jobs.")
         parser.add_argument(
             "--metrics-port",
-            type=positive_int,
+            type=port_number,
             default=None,
             help="Serve Prometheus metrics over HTTP on this port (docs/howto/metrics.md).",
         )
@@ -148,6 +163,12 @@ class Command(BaseCommand):
                 raise CommandError(f"argument --queue: {exc}") from None
         # A daemon thread: it stops with the process (metrics.serve; docs/howto/metrics.md).
         _serve_metrics(options.get("metrics_port"), options.get("metrics_addr", "0.0.0.0"))
+        # One line, not a traceback, before migrate (decision 130); the alias the Worker uses.
+        require_tables(router.db_for_write(Job) or DEFAULT_DB_ALIAS)
+        try:
+            settings.prune  # noqa: B018  # the sweep reads it; --skip-checks skipped E045
+        except ConfigurationError as exc:
+            raise CommandError(str(exc)) from None
         if options.get("dispatch_only"):
             Dispatcher(
                 queues=queues,

@@ -125,20 +125,21 @@ class Command(BaseCommand):
             "--plot",
             type=Path,
             default=None,
-            metavar="FILE.png",
+            metavar="FILE",
             help="--virtual: draw the busiest folders' timelines and calls vs runs per hour "
-            "into this PNG (needs matplotlib: the 'plot' extra).",
+            "into this image: .png, .svg, .pdf or another format matplotlib writes (needs "
+            "matplotlib: the 'plot' extra). Checked before the replay starts.",
         )
         parser.add_argument(
             "--plot-keys",
             type=positive_int,
-            default=8,
+            default=None,
             help="--plot: folders drawn, the busiest in the stretch shown (default 8).",
         )
         parser.add_argument(
             "--plot-hours",
             type=positive_float,
-            default=24.0,
+            default=None,
             help="--plot: hours shown: the stretch with the most runs forced by the max wait, else the most calls (default 24).",
         )
 
@@ -150,11 +151,18 @@ class Command(BaseCommand):
             raise CommandError(
                 "--plot draws a --virtual replay (its job times are the trace's times)."
             )
+        for flag in ("plot_keys", "plot_hours"):
+            if options[flag] is not None and options["plot"] is None:
+                raise CommandError(f"--{flag.replace('_', '-')} shapes --plot; add --plot FILE.")
+        if options["plot"] is not None:
+            options["plot"] = Path(options["plot"])
+            try:  # refuse before replaying (minutes), not after
+                plot.check_target(options["plot"])
+            except plot.PlotError as exc:
+                raise CommandError(f"--plot {options['plot']}: {exc}") from None
         events = self._events(options["events"], options["limit"])
         if not events:
             raise CommandError("no events to replay")
-        if options["plot"] is not None:
-            plot.load_matplotlib()  # refuse before replaying, not after
         jobs, builds = reset()
         if jobs or builds:
             self.stdout.write(
@@ -209,7 +217,8 @@ class Command(BaseCommand):
         for line in summary.lines():
             self.stdout.write(line)
         if options["plot"] is not None:
-            self._plot(events, options["plot"], options["plot_keys"], options["plot_hours"])
+            keys, hours = options["plot_keys"] or 8, options["plot_hours"] or 24.0
+            self._plot(events, options["plot"], keys, hours)
 
     def _plot(self, events: list[Event], path: Path, keys: int, hours: float) -> None:
         try:
