@@ -7,7 +7,9 @@ tests/testapp/tasks_django.py. Runs go through the real worker command
 
 from __future__ import annotations
 
-from datetime import timedelta
+import uuid
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
 import pytest
 from django.db import transaction
@@ -253,6 +255,19 @@ def test_key_and_payload_errors_are_the_packages_and_nothing_is_written():
         report.enqueue(user_id=None)
     with pytest.raises(PayloadError):
         add.enqueue({1, 2}, 3)
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    "value", [uuid.UUID(int=7), Decimal("1.5"), datetime(2026, 3, 1, tzinfo=UTC), b"\xff"]
+)
+def test_a_value_djangos_task_result_cannot_hold_is_refused_before_any_write(value):
+    # Django's TaskResult keeps JSON arguments only; the codec's richer types (§5) are
+    # @debounced_task's. Before the check the job was written, then TaskResult raised.
+    with pytest.raises(PayloadError, match="JSON arguments only"):
+        add.enqueue(value, 1)
+    with pytest.raises(PayloadError, match="JSON arguments only"):
+        report.enqueue(user_id=1, revision=value)
     assert Job.objects.count() == 0
 
 
