@@ -115,6 +115,7 @@ def undeclared_b(user_id: int) -> None: ...
         ({"debounce_key": "k:{0}"}, "debounce="),
         ({"on_excess": "explode"}, "on_excess"),
         ({"rate_limit": "fast"}, ""),
+        ({"executor": "rabbit"}, "not an executor"),
     ],
 )
 def test_task_options_get_the_same_errors_as_debounced_task(options, message):
@@ -128,6 +129,14 @@ def test_task_options_get_the_same_errors_as_debounced_task(options, message):
         "tests.db.test_django_tasks_backend.undeclared_b", "tests.dj.undeclared"
     ) == str(ours.value)
     assert registry.lookup("tests.db.test_django_tasks_backend.undeclared_b") is None
+
+
+def test_a_django_task_can_name_its_executor():
+    declared = task(executor="celery")(undeclared_b)
+    try:
+        assert registry.lookup(declared.module_path).options.executor == "celery"
+    finally:
+        registry.unregister(declared.module_path)
 
 
 def test_a_debounce_without_max_wait_uses_the_setting_as_debounced_task_does(settings):
