@@ -25,6 +25,7 @@ like ``@debounced_task`` functions (decision 97).
 from __future__ import annotations
 
 import difflib
+import json
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -35,7 +36,7 @@ from django.db import router
 from . import registry
 from .breaker import CircuitBreaker
 from .enqueueing import enqueue_call
-from .exceptions import ConfigurationError
+from .exceptions import ConfigurationError, PayloadError
 from .job_ids import storable_ids
 from .options import declare
 from .task_results import (
@@ -192,8 +193,11 @@ class DebounceBackend(BaseTaskBackend):
         Raises:
             ConfigurationError: ``OPTIONS``/``QUEUES`` problems (E031/E032), a
                 ``run_after`` on a debounced task, or any error of an enqueue (§2).
-            KeyResolutionError, PayloadError, EnqueueContentionError: as
-                :meth:`django_debounce.Task.apply_async` raises them (§3–§5).
+            PayloadError: an argument that is not a JSON value (a ``UUID``,
+                ``Decimal``, ``datetime``, ...): Django's ``TaskResult`` holds JSON
+                values only, so it is refused before anything is written.
+            KeyResolutionError, EnqueueContentionError: as
+                :meth:`django_debounce.Task.apply_async` raises them (§3–§4).
         """
         problems = self.check()
         if problems:
@@ -204,6 +208,7 @@ class DebounceBackend(BaseTaskBackend):
             self.validate_task(task)
             entry = registry.lookup(name)
         assert isinstance(entry, DjangoTaskEntry)
+        _check_json_arguments(name, args, kwargs)
         options: dict[str, object] = {"queue": task.queue_name, "priority": task.priority}
         if task.run_after is not None:
             options["eta"] = task.run_after
@@ -280,6 +285,26 @@ class DebounceBackend(BaseTaskBackend):
                     )
                 )
         return messages
+
+
+def _check_json_arguments(name: str, args: Any, kwargs: Any) -> None:
+    """Refuse arguments Django's ``TaskResult`` cannot hold (it keeps JSON values only).
+
+    Without this the job would be written and then ``TaskResult`` would raise
+    a bare ``TypeError`` while building the result (and again in the worker).
+
+    Raises:
+        PayloadError: an argument is not a JSON value; nothing has been written.
+    """
+    try:
+        json.dumps([list(args), dict(kwargs)])
+    except (TypeError, ValueError) as exc:
+        raise PayloadError(
+            f"task {name!r}: Django's tasks framework takes JSON arguments only ({exc}). "
+            "Pass JSON values (e.g. str(uuid), str(decimal), a datetime's isoformat()), or "
+            "declare the function with @debounced_task, whose codec carries UUID, Decimal "
+            "and datetime values (contract §5)."
+        ) from None
 
 
 def _entry(task: Task[..., Any], backend: type[BaseTaskBackend]) -> DjangoTaskEntry:

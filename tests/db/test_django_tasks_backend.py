@@ -7,7 +7,9 @@ tests/testapp/tasks_django.py. Runs go through the real worker command
 
 from __future__ import annotations
 
-from datetime import timedelta
+import uuid
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
 import pytest
 from django.db import transaction
@@ -113,6 +115,7 @@ def undeclared_b(user_id: int) -> None: ...
         ({"debounce_key": "k:{0}"}, "debounce="),
         ({"on_excess": "explode"}, "on_excess"),
         ({"rate_limit": "fast"}, ""),
+        ({"executor": "rabbit"}, "not an executor"),
     ],
 )
 def test_task_options_get_the_same_errors_as_debounced_task(options, message):
@@ -126,6 +129,14 @@ def test_task_options_get_the_same_errors_as_debounced_task(options, message):
         "tests.db.test_django_tasks_backend.undeclared_b", "tests.dj.undeclared"
     ) == str(ours.value)
     assert registry.lookup("tests.db.test_django_tasks_backend.undeclared_b") is None
+
+
+def test_a_django_task_can_name_its_executor():
+    declared = task(executor="celery")(undeclared_b)
+    try:
+        assert registry.lookup(declared.module_path).options.executor == "celery"
+    finally:
+        registry.unregister(declared.module_path)
 
 
 def test_a_debounce_without_max_wait_uses_the_setting_as_debounced_task_does(settings):
@@ -253,6 +264,19 @@ def test_key_and_payload_errors_are_the_packages_and_nothing_is_written():
         report.enqueue(user_id=None)
     with pytest.raises(PayloadError):
         add.enqueue({1, 2}, 3)
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    "value", [uuid.UUID(int=7), Decimal("1.5"), datetime(2026, 3, 1, tzinfo=UTC), b"\xff"]
+)
+def test_a_value_djangos_task_result_cannot_hold_is_refused_before_any_write(value):
+    # Django's TaskResult keeps JSON arguments only; the codec's richer types (§5) are
+    # @debounced_task's. Before the check the job was written, then TaskResult raised.
+    with pytest.raises(PayloadError, match="JSON arguments only"):
+        add.enqueue(value, 1)
+    with pytest.raises(PayloadError, match="JSON arguments only"):
+        report.enqueue(user_id=1, revision=value)
     assert Job.objects.count() == 0
 
 

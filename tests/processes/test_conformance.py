@@ -1,11 +1,36 @@
-"""The debounce scenarios, run in every executor mode with real processes (issue #10).
+"""The debounce scenarios, run in every mode with real processes (issue #10).
 
-One suite, one set of assertions; a mode is one entry of :data:`MODES`: a
-function that starts the processes running jobs in that mode and returns
-them. ``worker``: ``run_debounce_worker``; ``celery``: ``run_debounce_worker
---dispatch-only`` handing jobs to a real ``celery worker`` on the local
-Redis. The processes of a mode start once per module and serve every test
-(each test's rows are flushed between tests). Durations are real and short
+One suite, one set of assertions; a mode is one entry of :data:`MODES`: how
+its processes start and how a producer enqueues. ``worker``:
+``run_debounce_worker`` runs the ``@debounced_task`` functions of
+tests/testapp/tasks_conformance.py; ``celery``: ``run_debounce_worker
+--dispatch-only`` hands the same jobs to a real ``celery worker`` on the local
+Redis; ``django_tasks``: Django's own ``@task`` twins of those functions
+(tests/testapp/tasks_conformance_django.py), enqueued with Django's
+``task.enqueue(...)`` on ``DebounceBackend`` and run by ``run_debounce_worker``;
+``django_tasks_celery``: the same Django tasks run by the Celery executor
+(issue #10 item 4: "run under run_debounce_worker or the Celery executor").
+Every scenario runs in every mode. A producer is ``mode.producer(name)``,
+whose ``.delay(*args, **kwargs)`` returns the job row the call joined or
+created; in the two Django-tasks modes every finished job is also read back
+through Django's ``get_result`` (status, attempts, return value, errors,
+worker ids) and compared with the row.
+
+Where Django's API differs, the scenario states the difference instead of
+being skipped (docs/howto/django-tasks.md, "What differs from
+``@debounced_task``"):
+
+- arguments: Django's ``TaskResult`` holds JSON values only (it runs
+  ``normalize_json`` on them), so a Django task takes JSON arguments and
+  ``task.enqueue`` refuses a ``UUID``/``Decimal``/``datetime`` with
+  ``PayloadError`` before anything is written, where ``@debounced_task``
+  carries them through the codec (§5);
+- Django's ``TaskResult`` does not say whether a call created a window or
+  joined one (``Job.outcome``, §2): the suite reads that from the rows
+  (a new job id, ``enqueue_count``), which every mode has.
+
+The processes of a mode start once per module and serve every test (each
+test's rows are flushed between tests). Durations are real and short
 (windows of 1 s): the processes cannot share the test's frozen clock.
 """
 
@@ -17,15 +42,18 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 
 import pytest
 
+from django_debounce.exceptions import PayloadError
 from django_debounce.models import DeadLetter, Job
+from django_debounce.task_results import TaskResultStatus, task_backends
 from tests.conftest import child_env
 from tests.processes.celery_rig import CeleryRig
 from tests.procs import Processes, wait_for
+from tests.testapp import tasks_conformance, tasks_conformance_django
 from tests.testapp.models import CallLog
-from tests.testapp.tasks_conformance import broken, ceiling, collapse, flaky, latest, slow, types
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -39,13 +67,36 @@ Status = Job.Status
 
 @dataclass
 class Mode:
-    """The running processes of one executor mode."""
+    """One executor mode: its running processes and how its producers enqueue."""
 
     name: str
     procs: Processes
+    producer: Callable[[str], Any]
+    """``producer(name)``: the conformance task ``name`` as this mode calls it (``.delay``)."""
 
     def tails(self) -> str:
         return self.procs.tails()
+
+
+class DjangoProducer:
+    """A Django ``@task`` called through Django's API: ``.delay`` is ``task.enqueue``."""
+
+    def __init__(self, task: Any) -> None:
+        self.task = task
+
+    def delay(self, *args: Any, **kwargs: Any) -> Job:
+        """Enqueue with ``task.enqueue(*args, **kwargs)``; return the job row it names."""
+        result = self.task.enqueue(*args, **kwargs)
+        assert result.status == TaskResultStatus.READY, result.status
+        return Job.objects.get(pk=int(result.id))
+
+
+def _debounced_producer(name: str) -> Any:
+    return getattr(tasks_conformance, name)
+
+
+def _django_producer(name: str) -> DjangoProducer:
+    return DjangoProducer(getattr(tasks_conformance_django, name))
 
 
 def _worker_mode(procs: Processes) -> None:
@@ -59,17 +110,38 @@ def _celery_mode(procs: Processes) -> None:
     rig.dispatcher("--poll-interval", "0.1")
 
 
-#: Mode name -> a function starting that mode's processes in the given group. Adding a mode
-#: (say Django's tasks backend) is one entry here.
-MODES: dict[str, Callable[[Processes], None]] = {"worker": _worker_mode, "celery": _celery_mode}
+#: Mode name -> (a function starting that mode's processes in the given group, its producer).
+MODES: dict[str, tuple[Callable[[Processes], None], Callable[[str], Any]]] = {
+    "worker": (_worker_mode, _debounced_producer),
+    "celery": (_celery_mode, _debounced_producer),
+    "django_tasks": (_worker_mode, _django_producer),
+    "django_tasks_celery": (_celery_mode, _django_producer),
+}
 
 
 @pytest.fixture(scope="module", params=sorted(MODES))
 def mode(request, django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[Mode]:
     workdir = tmp_path_factory.mktemp(f"mode-{request.param}")
+    start, producer = MODES[request.param]
     with Processes(workdir, {}) as procs, django_db_blocker.unblock():
-        MODES[request.param](procs)
-        yield Mode(request.param, procs)
+        start(procs)
+        yield Mode(request.param, procs, producer)
+
+
+def _check_task_result(job: Job) -> None:
+    """Compare Django's ``get_result`` of a finished ``job`` with the row (decision 96)."""
+    result = task_backends["default"].get_result(str(job.pk))
+    assert result.status == TaskResultStatus(job.status)
+    assert result.attempts == job.attempts
+    assert result.worker_ids[-1] == job.worker_id
+    assert (result.started_at, result.finished_at) == (job.started_at, job.finished_at)
+    # A job keeps its last failure, also once a later attempt succeeded (decision 96).
+    assert [e.exception_class.__name__ for e in result.errors] == (
+        [job.error.split(":")[0]] if job.error else []
+    )
+    assert all(error.traceback.strip() for error in result.errors)
+    if job.status == Status.SUCCESSFUL:
+        assert result.return_value == job.result
 
 
 def _wait_status(mode: Mode, job_id: int, *statuses: str, timeout: float = 30) -> Job:
@@ -79,11 +151,14 @@ def _wait_status(mode: Mode, job_id: int, *statuses: str, timeout: float = 30) -
 
     found: Job = wait_for(reached, timeout=timeout, what=lambda: f"job {job_id}\n{mode.tails()}")
     # The run happened in this mode's executor: a Celery worker's runs carry its id.
-    assert found.worker_id.startswith("celery:") == (mode.name == "celery"), found.worker_id
+    assert found.worker_id.startswith("celery:") == mode.name.endswith("celery"), found.worker_id
+    if mode.name.startswith("django_tasks"):
+        _check_task_result(found)
     return found
 
 
 def test_a_burst_collapses_to_one_run_with_the_first_payload(mode: Mode) -> None:
+    collapse = mode.producer("collapse")
     jobs = [collapse.delay(key="b", seq=seq) for seq in range(5)]
     assert {job.pk for job in jobs} == {jobs[0].pk}
     done = _wait_status(mode, jobs[0].pk, Status.SUCCESSFUL)
@@ -95,17 +170,18 @@ def test_a_burst_collapses_to_one_run_with_the_first_payload(mode: Mode) -> None
 
 
 def test_replace_payload_runs_once_with_the_newest_call(mode: Mode) -> None:
+    latest = mode.producer("latest")
     jobs = [latest.delay(key="r", seq=seq) for seq in range(4)]
     _wait_status(mode, jobs[-1].pk, Status.SUCCESSFUL)
     assert list(CallLog.objects.values_list("payload", flat=True)) == [{"attempt": 1, "seq": 3}]
 
 
 def test_the_max_wait_forces_a_run_while_calls_keep_coming(mode: Mode) -> None:
-    first = ceiling.delay(key="m", seq=0)
+    first = mode.producer("ceiling").delay(key="m", seq=0)
     last_call = None
     for seq in range(1, 14):  # a call every 300 ms for ~4 s: the 1 s window never goes quiet
         time.sleep(0.3)
-        last_call = ceiling.delay(key="m", seq=seq)
+        last_call = mode.producer("ceiling").delay(key="m", seq=seq)
     assert last_call is not None and last_call.pk != first.pk, "the ceiling closed the window"
     done = _wait_status(mode, first.pk, Status.SUCCESSFUL)
     assert done.run_at == done.max_run_at == done.opened_at + dt.timedelta(seconds=2)
@@ -116,14 +192,17 @@ def test_the_max_wait_forces_a_run_while_calls_keep_coming(mode: Mode) -> None:
 
 
 def test_a_call_during_a_run_opens_a_new_window_that_waits_for_it(mode: Mode) -> None:
-    running = slow.delay(key="s", seconds=1.5)
+    running = mode.producer("slow").delay(key="s", seconds=1.5)
     wait_for(
         lambda: CallLog.objects.filter(job_id=running.pk).exists(),
         timeout=30,
         what=lambda: f"the first run to start\n{mode.tails()}",
     )
-    later = slow.delay(key="s", seconds=0)
-    assert later.pk != running.pk and later.outcome == "created"
+    later = mode.producer("slow").delay(key="s", seconds=0)
+    # A new window: a job of its own holding this one call (Django's TaskResult has no
+    # ``outcome``, so every mode reads it from the rows).
+    assert later.pk != running.pk
+    assert Job.objects.get(pk=later.pk).enqueue_count == 1
     assert Job.objects.get(pk=running.pk).status == Status.RUNNING
     _wait_status(mode, later.pk, Status.SUCCESSFUL)
     first_run = CallLog.objects.get(job_id=running.pk)
@@ -135,6 +214,19 @@ def test_a_call_during_a_run_opens_a_new_window_that_waits_for_it(mode: Mode) ->
 def test_arguments_arrive_as_the_caller_passed_them(mode: Mode) -> None:
     ident = uuid.UUID("12345678-1234-5678-1234-567812345678")
     when = dt.datetime(2026, 3, 1, 12, 30, tzinfo=dt.timezone(dt.timedelta(hours=2)))
+    types = mode.producer("types")
+    if mode.name.startswith("django_tasks"):
+        # Django's TaskResult holds JSON values only: the call is refused before any write,
+        # and the same values sent as JSON arrive as JSON (module docstring).
+        with pytest.raises(PayloadError, match="JSON"):
+            types.delay(ident, Decimal("10.50"), when, (1, 2))
+        assert not Job.objects.exists()
+        job = types.delay(str(ident), "10.50", when.isoformat(), (1, 2))
+        _wait_status(mode, job.pk, Status.SUCCESSFUL)
+        run = CallLog.objects.get(job_id=job.pk)
+        assert run.payload["types"] == ["str", "str", "str", "list"]
+        assert run.payload["values"] == [str(ident), "10.50", when.isoformat(), [1, 2]]
+        return
     job = types.delay(ident, Decimal("10.50"), when, (1, 2))
     _wait_status(mode, job.pk, Status.SUCCESSFUL)
     run = CallLog.objects.get(job_id=job.pk)
@@ -143,7 +235,7 @@ def test_arguments_arrive_as_the_caller_passed_them(mode: Mode) -> None:
 
 
 def test_a_failing_run_retries_with_backoff_then_succeeds(mode: Mode) -> None:
-    job = flaky.delay(key="f", fail_times=2)
+    job = mode.producer("flaky").delay(key="f", fail_times=2)
     done = _wait_status(mode, job.pk, Status.SUCCESSFUL)
     assert (done.attempts, done.result) == (3, 3)
     runs = list(CallLog.objects.order_by("id"))
@@ -154,7 +246,7 @@ def test_a_failing_run_retries_with_backoff_then_succeeds(mode: Mode) -> None:
 
 
 def test_a_job_out_of_retries_is_dead_lettered_and_its_retry_runs_again(mode: Mode) -> None:
-    job = broken.delay(key="d")
+    job = mode.producer("broken").delay(key="d")
     failed = _wait_status(mode, job.pk, Status.FAILED)
     assert failed.attempts == 2
     letter = DeadLetter.objects.get(job=job.pk)
@@ -162,6 +254,13 @@ def test_a_job_out_of_retries_is_dead_lettered_and_its_retry_runs_again(mode: Mo
     assert "raise ValueError" in letter.traceback
     assert CallLog.objects.filter(job_id=job.pk).count() == 2
     retried = letter.retry()
-    assert retried is not None and retried.pk != job.pk
+    assert retried is not None and retried.pk != job.pk and retried.task_name == job.task_name
     _wait_status(mode, retried.pk, Status.FAILED)
     assert CallLog.objects.filter(job_id=retried.pk).count() == 2
+    assert letter.retry() is None  # already retried: nothing unless forced (§8)
+
+
+def test_a_payload_the_codec_cannot_store_is_refused_at_the_call(mode: Mode) -> None:
+    with pytest.raises(PayloadError):
+        mode.producer("collapse").delay(key="p", seq={1, 2})
+    assert not Job.objects.exists()
