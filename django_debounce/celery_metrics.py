@@ -40,6 +40,7 @@ def _check_serving(worker: Any) -> None:
     from celery.concurrency.prefork import TaskPool as PreforkPool
 
     from .conf import settings
+    from .exceptions import ConfigurationError
 
     try:
         from . import metrics
@@ -47,7 +48,11 @@ def _check_serving(worker: Any) -> None:
         raise click.UsageError(
             f"{PORT_OPTION} needs prometheus_client: pip install 'django-debounce[prometheus]'."
         ) from None
-    if settings.metrics is False:
+    try:
+        off = settings.metrics is False
+    except ConfigurationError as exc:  # a malformed DEBOUNCE_METRICS (check E040)
+        raise click.UsageError(f"{PORT_OPTION}: {exc}") from None
+    if off:
         raise click.UsageError(f"{PORT_OPTION}: metrics are off (DEBOUNCE_METRICS = False).")
     pool = worker.pool_cls
     if isinstance(pool, type) and issubclass(pool, PreforkPool) and not metrics.multiprocess_dir():
@@ -57,7 +62,10 @@ def _check_serving(worker: Any) -> None:
             "PROMETHEUS_MULTIPROC_DIR=<an empty directory> before starting the worker "
             "(docs/howto/metrics.md), or use --pool=threads or --pool=solo."
         )
-    metrics.install()  # before the pool forks: the children inherit the receivers
+    try:
+        metrics.install()  # before the pool forks: the children inherit the receivers
+    except ConfigurationError as exc:  # a malformed bucket setting (E041)
+        raise click.UsageError(f"{PORT_OPTION}: {exc}") from None
 
 
 class MetricsServer(bootsteps.StartStopStep):
