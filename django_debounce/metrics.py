@@ -27,7 +27,8 @@ names the value (``status``, ``kind``; decision 105):
 Counts are per process: the process that enqueues counts the calls, the
 worker counts the runs. With ``PROMETHEUS_MULTIPROC_DIR`` set, every process
 of the host writes its counts there and any exporter of the host (the
-worker's ``--metrics-port``, :func:`~django_debounce.metrics_views.metrics_view`)
+worker's ``--metrics-port``, ``celery worker --debounce-metrics-port`` of
+:mod:`django_debounce.celery_metrics`, :func:`~django_debounce.metrics_views.metrics_view`)
 serves their sum (:func:`exposition_registry`).
 """
 

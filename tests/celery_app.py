@@ -14,6 +14,8 @@ import os
 import django
 from celery import Celery
 
+from django_debounce.celery_metrics import add_worker_metrics
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings_celery")
 
 #: The local Redis; a test database of its own (bench/peers.py flushes 9, never touch 0).
@@ -39,6 +41,9 @@ def make_app(broker: str) -> Celery:
 app = make_app(os.environ.get("DEBOUNCE_TEST_BROKER", REDIS))
 app.set_current()
 app.set_default()
+# `celery worker --debounce-metrics-port N` (tests/processes/test_celery_metrics.py); called
+# before Django is set up, as in a project's proj/celery.py.
+add_worker_metrics(app)
 # Load Django (and through it the package's Celery tasks and the test tasks) now, so the
 # worker knows every task before it consumes a message.
 django.setup()

@@ -59,8 +59,14 @@ class CeleryRig:
     def workdir(self) -> Path:
         return self.procs.workdir
 
-    def worker(self, *, wait: bool = True) -> Proc:
-        """Start ``celery -A tests.celery_app worker`` on this rig's queue (solo pool); wait until ready."""
+    def worker(self, *options: str, pool: str = "solo", wait: bool = True) -> Proc:
+        """Start ``celery -A tests.celery_app worker`` on this rig's queue; wait until ready.
+
+        Args:
+            options: more command-line options (e.g. ``--debounce-metrics-port``).
+            pool: the Celery pool (``solo`` by default; ``prefork``, ``threads``).
+            wait: wait until the worker logs "ready".
+        """
         self._workers += 1
         name = f"celery-{self._workers}"
         proc = self.procs.start(
@@ -73,13 +79,14 @@ class CeleryRig:
                 "worker",
                 "-Q",
                 self.queue,
-                "--pool=solo",
+                f"--pool={pool}",
                 "--without-gossip",
                 "--without-mingle",
                 "--without-heartbeat",
                 "-n",
                 f"{name}-{self.queue}@%h",
                 "--loglevel=INFO",
+                *options,
             ],
             self.env,
         )
