@@ -153,12 +153,13 @@ elif os.environ.get("DEBOUNCE_TEST_LOG_STDERR"):  # subprocess workers: log to t
 # Wake-up tests give worker subprocesses a wake-up and a private Redis (docs/howto/wakeup.md).
 if os.environ.get("DEBOUNCE_TEST_WAKEUP"):
     DEBOUNCE_WAKEUP = os.environ["DEBOUNCE_TEST_WAKEUP"]
-if os.environ.get("DEBOUNCE_TEST_REDIS_URL"):
+# (Its own variable: DEBOUNCE_TEST_REDIS_URL moves the bucket store's cache above.)
+if os.environ.get("DEBOUNCE_TEST_WAKE_REDIS_URL"):
     CACHES = {
         "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
         "wake": {
             "BACKEND": "django_redis.cache.RedisCache",
-            "LOCATION": os.environ["DEBOUNCE_TEST_REDIS_URL"],
+            "LOCATION": os.environ["DEBOUNCE_TEST_WAKE_REDIS_URL"],
             "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 1, "SOCKET_TIMEOUT": 2},
         },
     }

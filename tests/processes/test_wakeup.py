@@ -129,7 +129,7 @@ def test_redis_wakeup_starts_a_due_now_job_well_under_the_poll_interval(
     tmp_path, private_redis, settings
 ):
     _redis_settings(settings, private_redis.url)
-    env = child_env(DEBOUNCE_TEST_REDIS_URL=private_redis.url, DEBOUNCE_TEST_WAKEUP="redis")
+    env = child_env(DEBOUNCE_TEST_WAKE_REDIS_URL=private_redis.url, DEBOUNCE_TEST_WAKEUP="redis")
     with processes(tmp_path, env) as procs:
         worker = procs.worker("--poll-interval", POLL)
         _idle_listening(worker, "Redis wake-up listening")
@@ -145,7 +145,7 @@ def test_redis_wakeup_starts_a_due_now_job_well_under_the_poll_interval(
 @pytest.mark.slow
 def test_redis_down_the_worker_polls_and_recovers(tmp_path, private_redis, settings):
     _redis_settings(settings, private_redis.url)
-    env = child_env(DEBOUNCE_TEST_REDIS_URL=private_redis.url, DEBOUNCE_TEST_WAKEUP="redis")
+    env = child_env(DEBOUNCE_TEST_WAKE_REDIS_URL=private_redis.url, DEBOUNCE_TEST_WAKEUP="redis")
     with processes(tmp_path, env) as procs:
         worker = procs.worker("--poll-interval", "3")
         _idle_listening(worker, "Redis wake-up listening")
