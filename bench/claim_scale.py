@@ -109,9 +109,7 @@ def explain(statement: str, due: int) -> dict[str, Any]:
     finally:
         execute("DELETE FROM django_debounce_job WHERE status = 'READY'")
     top = plan[0] if isinstance(plan, list) else json.loads(plan)[0]
-    blocks = sum(
-        top["Plan"].get(k, 0) for k in ("Shared Hit Blocks", "Shared Read Blocks")
-    )
+    blocks = sum(top["Plan"].get(k, 0) for k in ("Shared Hit Blocks", "Shared Read Blocks"))
     return {"execution_ms": top["Execution Time"], "buffers": blocks, "plan": text}
 
 

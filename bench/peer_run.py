@@ -19,7 +19,9 @@ it). For ``--peer`` (``djtasks``: django-tasks-db; ``procrastinate``;
   one Redis ``INCR`` (``bench/peersapp/counter.py``, as ours): jobs/s ``whole`` =
   from starting the worker process to the last job, ``steady`` = first job to last;
 * ``latency``: one long-running worker process, idle; ``--samples`` times, after a
-  random pause of 50–150 ms, a ``stamp`` job is enqueued and its first line pushes
+  random pause (as ``bench/latency.py``: 50 ms plus up to one poll interval for
+  django-tasks-db, so the job lands anywhere in its poll cycle; 50–150 ms for the
+  others, which do not poll), a ``stamp`` job is enqueued and its first line pushes
   its start time to Redis: enqueue→start in ms (p50, p95, p99, max).
   django-tasks-db polls (``db_worker --interval --poll``, default 1 s, its
   default); procrastinate listens (LISTEN/NOTIFY, its default); Celery's solo
@@ -313,8 +315,11 @@ def latency(peer: Peer) -> dict[str, Any]:
 
     try:
         one("warm-up", 60)  # the worker is up and has run one job
+        # As bench/latency.py: the job lands at a random point of a polling worker's cycle
+        # (a job's end wakes it, then it sleeps a whole interval); 50-150 ms for the others.
+        cycle = args.poll if peer.name == "djtasks" else 0.1
         for i in range(args.samples):
-            time.sleep(rng.uniform(0.05, 0.15))
+            time.sleep(0.05 + rng.uniform(0, cycle))
             samples.append(one(str(i), 30))
             if proc.poll() is not None:
                 raise failed(log, f"{peer.name} worker exited ({proc.returncode})")
@@ -343,10 +348,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per drain at most")
     parser.add_argument("--url", help="PostgreSQL database (created and dropped)")
     parser.add_argument("--redis", help="Redis database (flushed; never 0)")
-    parser.add_argument("--smoke", action="store_true", help="200 jobs, 20 samples, 1 round")
+    parser.add_argument("--smoke", action="store_true", help="200 jobs, 10 samples, 1 round")
     args = parser.parse_args(argv)
     if args.smoke:
-        args.jobs, args.samples, args.rounds = 200, 20, 1
+        args.jobs, args.samples, args.rounds = 200, 10, 1
     base = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
     args.url = args.url or urlunsplit(urlsplit(base)._replace(path=f"/bench_peer_{args.peer}"))
     args.redis = args.redis or f"redis://127.0.0.1:6379/{REDIS_DB[args.peer]}"

@@ -80,10 +80,9 @@ def teardown(args: argparse.Namespace) -> None:
 
 
 def one_round(args: argparse.Namespace, events: list[Any]) -> dict[str, Any]:
+    from django_debounce.models import Job
     from example_project.docs.replay import replay_real_time, reset
     from example_project.docs.tasks import rebuild_docs
-
-    from django_debounce.models import Job
 
     reset()
     summary = replay_real_time(
@@ -170,17 +169,33 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         table(
-            ["events/s", "producer lag max ms", "windows", "runs", "delay p50 ms",
-             "delay p99 ms", "delay max ms"],
-            [[cell("events_per_s"), cell("producer_max_lag_ms", 1), cell("windows"),
-              cell("runs"), cell("delay_p50_ms", 1), cell("delay_p99_ms", 1),
-              cell("delay_max_ms", 1)]],
+            [
+                "events/s",
+                "producer lag max ms",
+                "windows",
+                "runs",
+                "delay p50 ms",
+                "delay p99 ms",
+                "delay max ms",
+            ],
+            [
+                [
+                    cell("events_per_s"),
+                    cell("producer_max_lag_ms", 1),
+                    cell("windows"),
+                    cell("runs"),
+                    cell("delay_p50_ms", 1),
+                    cell("delay_p99_ms", 1),
+                    cell("delay_max_ms", 1),
+                ]
+            ],
         )
     )
     if args.json:
         Path(args.json).write_text(
-            json.dumps({"args": {**vars(args), "events": str(args.events)}, "rounds": rounds},
-                       indent=1)
+            json.dumps(
+                {"args": {**vars(args), "events": str(args.events)}, "rounds": rounds}, indent=1
+            )
         )
     return 0
 
