@@ -80,6 +80,13 @@ def scenarios() -> list[Scenario]:
             "drain 10,000 no-op jobs: 1 process C=1 and C=4, 2 processes (+ Celery)",
         ),
         Scenario(
+            "raw_drain",
+            "raw_drain.py",
+            lambda a: ["--rounds", str(a.rounds)],
+            ["--smoke"],
+            "what the database allows: raw psycopg claim + finish, 1/10/100 per batch",
+        ),
+        Scenario(
             "celery_executor",
             "celery_drain.py",
             lambda a: ["--rounds", str(a.rounds), "--jobs", "10000"],
@@ -255,6 +262,12 @@ def read_drain(f: Figures, data: Any) -> None:
         f.add("drain", f"ours, {label}, steady", [s for _w, s in ours], "jobs/s")
 
 
+def read_raw_drain(f: Figures, data: Any) -> None:
+    for batch, rates in data["results"].items():
+        what = "2 commits per job" if batch == "1" else f"{batch} per claim and finish"
+        f.add("drain", f"raw psycopg, {what}", rates, "jobs/s")
+
+
 def read_latency(f: Figures, data: Any) -> None:
     for mode, scenarios in data.items():
         for scenario, samples in scenarios.items():
@@ -323,6 +336,7 @@ def read_peers(f: Figures, data: Any) -> None:
 READERS: dict[str, Callable[[Figures, Any], None]] = {
     "enqueue": read_enqueue,
     "drain": read_drain,
+    "raw_drain": read_raw_drain,
     "latency": read_latency,
     "claim": read_claim,
     "rss": read_rss,
@@ -435,6 +449,19 @@ def targets(f: Figures) -> list[list[str]]:
         ),
     ]
     rows = []
+    for batch in ("10", "100"):  # not targets: the share of the raw batched loop we reach
+        raw = m(f"raw psycopg, {batch} per claim and finish")
+        for label in (c1, c4):
+            share = ratio(m(f"ours, {label}"), raw)
+            if share is not None:
+                rows.append(
+                    [
+                        f"(share) drain {label[-3:]} / raw, {batch} per batch",
+                        f"{share:.2f}",
+                        "—",
+                        "—",
+                    ]
+                )
     for spec in specs:
         if len(spec) == 6:  # a size-scaled target: its text names the sizes compared
             template, value, large, small, op, goal = spec
@@ -455,6 +482,11 @@ def targets(f: Figures) -> list[list[str]]:
     return rows
 
 
+def markdown(headers: list[str], rows: list[list[str]]) -> str:
+    """``bench.common.table``, or a line saying there is nothing (it needs one row)."""
+    return table(headers, rows) if rows else "(nothing measured)"
+
+
 def fmt(value: float) -> str:
     if value >= 100:
         return f"{value:,.0f}"
@@ -473,9 +505,9 @@ def report(f: Figures, ran: list[Scenario], args: argparse.Namespace) -> list[st
         f"# Benchmark suite ({mode}), {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, "
         f"{os.cpu_count()} CPUs; median over rounds [min–max]",
         "",
-        table(["scenario", "what", "status", "s", "notes"], status),
+        markdown(["scenario", "what", "status", "s", "notes"], status),
         "",
-        table(["group", "figure", "median", "[min–max]", "unit"], rows),
+        markdown(["group", "figure", "median", "[min–max]", "unit"], rows),
         "",
         "## Targets (issue #12)",
         "",
