@@ -56,6 +56,7 @@ class Scenario:
     full: Callable[[argparse.Namespace], list[str]]
     smoke: list[str]
     what: str
+    redis: int | None = None
     status: str = "not run"
     data: Any = None
     stdout: str = ""
@@ -78,6 +79,7 @@ def scenarios() -> list[Scenario]:
             lambda a: ["--rounds", str(a.rounds)],
             ["--smoke"],
             "drain 10,000 no-op jobs: 1 process C=1 and C=4, 2 processes (+ Celery)",
+            redis=11,
         ),
         Scenario(
             "raw_drain",
@@ -92,6 +94,7 @@ def scenarios() -> list[Scenario]:
             lambda a: ["--rounds", str(a.rounds), "--jobs", "10000"],
             ["--jobs", "200", "--concurrency", "1"],
             "drain through our Celery executor (+ the built-in worker)",
+            redis=4,
         ),
         Scenario(
             "latency",
@@ -99,6 +102,7 @@ def scenarios() -> list[Scenario]:
             lambda a: ["--samples", str(max(200, a.samples))],
             ["--samples", "10"],
             "idle enqueue→start, due now and due later, LISTEN/NOTIFY and polling",
+            redis=13,
         ),
         Scenario(
             "claim",
@@ -113,6 +117,7 @@ def scenarios() -> list[Scenario]:
             lambda a: [],
             ["--smoke"],
             "worker peak RSS after 10k and 100k jobs",
+            redis=8,
         ),
         Scenario(
             "replay",
@@ -127,8 +132,12 @@ def scenarios() -> list[Scenario]:
 # -- running -------------------------------------------------------------------------------
 
 
-def accepts_json(script: Path) -> bool:
-    return "--json" in script.read_text(encoding="utf-8")
+def database_url(name: str) -> str:
+    """``DATABASE_URL`` (or the local server) with the database ``name``, as bench/common.py."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    base = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+    return urlunsplit(urlsplit(base)._replace(path="/" + name))
 
 
 def run_logged(cmd: list[str], log: Path, timeout: float) -> tuple[int, str, float]:
@@ -154,8 +163,13 @@ def run_scenario(s: Scenario, args: argparse.Namespace, out: Path) -> None:
         return
     cmd = [sys.executable, str(script), *(s.smoke if args.smoke else s.full(args))]
     target = out / f"{s.name}.json"
-    if accepts_json(script):
+    text = script.read_text(encoding="utf-8")
+    if "--json" in text:
         cmd += ["--json", str(target)]
+    if "add_db_arguments" in text:  # a database of the suite's own: never a developer's run's
+        cmd += ["--url", database_url(f"bench_suite_{s.name}")]
+    if s.redis is not None and '"--redis"' in text:
+        cmd += ["--redis", f"redis://127.0.0.1:6379/{s.redis}"]
     print(f"suite: {s.name}: {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
     code, s.stdout, s.seconds = run_logged(cmd, out / f"{s.name}.log", args.timeout)
     (out / f"{s.name}.out").write_text(s.stdout)
@@ -185,6 +199,7 @@ def run_peers(args: argparse.Namespace, out: Path) -> Scenario:
     s.data, failures = {}, []
     for peer in PEERS:
         cmd = [str(python), str(ROOT / "bench" / "peer_run.py"), "--peer", peer]
+        cmd += ["--url", database_url(f"bench_suite_peer_{peer}")]
         if args.smoke:
             cmd.append("--smoke")
         else:
