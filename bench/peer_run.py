@@ -348,10 +348,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per drain at most")
     parser.add_argument("--url", help="PostgreSQL database (created and dropped)")
     parser.add_argument("--redis", help="Redis database (flushed; never 0)")
-    parser.add_argument("--smoke", action="store_true", help="200 jobs, 10 samples, 1 round")
+    parser.add_argument("--smoke", action="store_true", help="100 jobs, 5 samples, 1 round (CI)")
     args = parser.parse_args(argv)
     if args.smoke:
-        args.jobs, args.samples, args.rounds = 200, 10, 1
+        args.jobs, args.samples, args.rounds = 100, 5, 1
     base = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
     args.url = args.url or urlunsplit(urlsplit(base)._replace(path=f"/bench_peer_{args.peer}"))
     args.redis = args.redis or f"redis://127.0.0.1:6379/{REDIS_DB[args.peer]}"
