@@ -345,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=200, help="latency samples per round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--poll", type=float, default=1.0, help="db_worker --interval (latency)")
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per drain at most")
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per drain at most")
     parser.add_argument("--url", help="PostgreSQL database (created and dropped)")
     parser.add_argument("--redis", help="Redis database (flushed; never 0)")
     parser.add_argument("--smoke", action="store_true", help="100 jobs, 5 samples, 1 round (CI)")
