@@ -11,6 +11,7 @@
     python3 dev.py test --python python3.12 --django "Django>=6.1,<6.2"
     python3 dev.py lint                 # ruff, ruff format --check, mypy, makemigrations --check
     python3 dev.py bench claim -- --jobs 5000   # a benchmark of bench/ (PostgreSQL; bench/README.md)
+    python3 dev.py bench suite                  # every benchmark, beside the peers (bench/README.md)
 
 Each command makes a virtual environment if it is missing (``.venv``; with
 ``--python``/``--django`` one per pair, e.g. ``.venv-py3.12-dj6.1``), upgrades
