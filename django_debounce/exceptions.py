@@ -36,3 +36,12 @@ class EnqueueContentionError(DebounceError):
 
 class UnknownTaskError(DebounceError, LookupError):
     """No task is registered under that name in this process."""
+
+
+class JobFailedError(DebounceError):
+    """A job handed to Celery ended FAILED on this attempt (its dead letter is written).
+
+    Raised by the Celery task ``django_debounce.run_job`` after the outcome is
+    recorded, so Celery's result backend and Flower show FAILURE for it
+    (issue #10 tester item 1, decision 138). Never raised by the built-in worker.
+    """

@@ -16,7 +16,7 @@ from django.db import connection
 
 from django_debounce import celery_executor, handoff, leases
 from django_debounce.claim import claim_jobs
-from django_debounce.exceptions import ConfigurationError
+from django_debounce.exceptions import ConfigurationError, JobFailedError
 from django_debounce.models import DeadLetter, Job
 from django_debounce.registry import get_task
 from django_debounce.tasks import Task, task
@@ -139,7 +139,8 @@ def test_a_failing_run_retries_with_the_tasks_backoff_then_dead_letters(clock):
         assert row.run_at == clock(at=row.run_at)  # moved to the backoff's end...
         assert dt.timedelta(seconds=5) <= row.run_at - row.started_at <= dt.timedelta(seconds=10)
     _handoff()
-    celery_executor.run_handed_off(job.pk)
+    with pytest.raises(JobFailedError):
+        celery_executor.run_handed_off(job.pk)
     assert Job.objects.get(pk=job.pk).status == Status.FAILED
     letter = DeadLetter.objects.get(job=job.pk)
     assert letter.error == "RuntimeError: no luck for f"
