@@ -266,3 +266,31 @@ def test_an_idle_dispatcher_wakes_on_listen_notify_not_at_its_poll(settings):
     assert handed.worker_id.startswith(leases.HANDOFF_PREFIX)
     assert elapsed < 1.0, f"handed off after {elapsed:.2f} s (poll 5 s)"
     assert dispatcher.dispatched == 1
+
+
+def test_a_handoff_nobody_took_is_logged_as_never_taken_naming_the_celery_queue(
+    clock, caplog, settings
+):
+    settings.DEBOUNCE_CELERY_QUEUES = {"mail": "mail-io"}
+    job = get_task("cel.record").apply_async(args=("q",), queue="mail")
+    _handoff()
+    clock(at=Job.objects.get(pk=job.pk).lease_expires_at)
+    with caplog.at_level("WARNING", logger="django_debounce"):
+        assert leases.reclaim_expired_leases() == (1, 0)
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line == (
+        f"job {job.pk} (cel.record) was handed off by sched and never taken: no Celery worker "
+        "consumed Celery queue 'mail-io' within the hand-off lease (no worker on that queue, "
+        "workers stopped or saturated, or the message lost); handed off again, its attempt "
+        "not counted"
+    )
+
+
+def test_the_dispatcher_counts_hand_offs_in_its_last_line(settings, caplog):
+    settings.DEBOUNCE_CELERY_APP = "tests.celery_app.app"
+    dispatcher = celery_executor.Dispatcher(burst=True, handle_signals=False)
+    with caplog.at_level("INFO", logger="django_debounce.celery"):
+        assert dispatcher.run() == 0
+    assert caplog.records[-1].getMessage() == (
+        f"dispatcher {dispatcher.scheduler_id} stopped after 0 hand-off(s)"
+    )
