@@ -45,3 +45,13 @@ class JobFailedError(DebounceError):
     recorded, so Celery's result backend and Flower show FAILURE for it
     (issue #10 tester item 1, decision 138). Never raised by the built-in worker.
     """
+
+
+class CeleryFeatureError(DebounceError, AttributeError):
+    """A Celery feature (canvas signature, ``.map()``, ...) was asked of a task stacked on ``@shared_task``.
+
+    The debounce window decides when such a task runs, so Celery's canvas,
+    which publishes the Celery task itself, is not offered on it; the plain
+    Celery task stays reachable as ``.celery_task`` (bypassing the window).
+    An ``AttributeError``, so ``hasattr`` still answers ``False``.
+    """

@@ -169,9 +169,7 @@ def _flow_control(now: datetime, using: str) -> dict[str, list[dict[str, Any]]]:
     found = {state.task_name: state for state in states.order_by("task_name")[:MAX_STATES]}
     names = set(found)
     if redis_buckets.store() is not None:
-        names |= {
-            name for name, task in registry.all_tasks().items() if task.options.rate_limit
-        }
+        names |= {name for name, task in registry.all_tasks().items() if task.options.rate_limit}
     for name in sorted(names)[:MAX_STATES]:
         state = found.get(name)
         view = flow_view(name, state, now=now)

@@ -294,3 +294,24 @@ def test_the_dispatcher_counts_hand_offs_in_its_last_line(settings, caplog):
     assert caplog.records[-1].getMessage() == (
         f"dispatcher {dispatcher.scheduler_id} stopped after 0 hand-off(s)"
     )
+
+
+def test_celery_canvas_on_a_stacked_task_is_a_clear_error_and_the_celery_task_stays_reachable():
+    from django_debounce.exceptions import CeleryFeatureError, DebounceError
+
+    with pytest.raises(CeleryFeatureError) as raised:
+        stacked.s("k", 1)
+    assert isinstance(raised.value, DebounceError) and isinstance(raised.value, AttributeError)
+    assert str(raised.value) == (
+        "task 'cel.stacked' is stacked on the Celery task 'cel.stacked': .s is not available, "
+        "because the debounce window decides when it runs (Celery's canvas would publish the "
+        "Celery task itself, outside the window). Use .delay()/.apply_async() to go through "
+        "the window, or .celery_task.s for the plain Celery task (no window, no job)."
+    )
+    assert not hasattr(stacked, "chunks")
+    signature = stacked.celery_task.s("k", 1)
+    assert (signature.task, signature.args) == ("cel.stacked", ("k", 1))
+    assert record.celery_task is None, "a task declared with @task has no Celery task"
+    with pytest.raises(AttributeError, match="no attribute 's'") as plain:
+        record.s("x")
+    assert not isinstance(plain.value, DebounceError)

@@ -300,8 +300,12 @@ def test_a_debounce_redis_naming_a_missing_alias_is_one_warning_not_a_traceback_
     assert [(r.name, r.levelname, r.exc_info) for r in lines] == [
         ("django_debounce.wakeup", "WARNING", None)
     ]
-    assert lines[0].getMessage().startswith(
-        "Redis wake-up: DEBOUNCE_REDIS='wake-typo' gives no Redis connection "
-        "(InvalidCacheBackendError: "
+    assert (
+        lines[0]
+        .getMessage()
+        .startswith(
+            "Redis wake-up: DEBOUNCE_REDIS='wake-typo' gives no Redis connection "
+            "(InvalidCacheBackendError: "
+        )
     )
     assert lines[0].getMessage().endswith("Run `manage.py check` (django_debounce.E036-E039)")
