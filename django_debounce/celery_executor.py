@@ -40,7 +40,7 @@ from django.utils.module_loading import import_string
 
 from . import handoff, leases, wakeup
 from .conf import settings
-from .exceptions import ConfigurationError
+from .exceptions import ConfigurationError, JobFailedError
 from .execution import run_job
 from .lease_keeper import InlineLeaseKeeper
 from .models import Job
@@ -287,7 +287,7 @@ class Dispatcher:
                 signal.signal(signum, handler)
             connections[self.using].close()
             logger.info(
-                "dispatcher %s stopped after %d job(s)",
+                "dispatcher %s stopped after %d hand-off(s)",
                 self.scheduler_id,
                 self.dispatched,
                 extra={"action": "stop_dispatcher"},
@@ -305,8 +305,15 @@ def run_handed_off(job_id: int, *, using: str | None = None) -> object:
     through :func:`~django_debounce.execution.run_job` under a lease of
     ``DEBOUNCE_LEASE`` that a keeper thread renews every third of it, so a
     Celery worker that dies mid-job stops renewing and the job runs again
-    after its lease (at least once, §7). Returns the job's stored result
-    (``None`` when it failed: the job row has its error and retries).
+    after its lease (at least once, §7). Returns the job's stored result,
+    or ``None`` when this attempt failed and a retry is scheduled (the job is
+    READY again with its error).
+
+    Raises:
+        JobFailedError: this attempt ended the job FAILED (retries exhausted,
+            or its task is unknown here: ``unknown_task:``); raised after the
+            dead letter is written, so the Celery task ends in FAILURE
+            (decision 138).
     """
     using = using or router.db_for_write(Job) or DEFAULT_DB_ALIAS
     worker_id = f"celery:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -327,6 +334,14 @@ def run_handed_off(job_id: int, *, using: str | None = None) -> object:
 
     with InlineLeaseKeeper(renew, lease) as keeper, keeper.running():
         run_job(job, worker_id=worker_id, using=using, retry_for=lease)
+    if job.status == Job.Status.FAILED:
+        # Raised only now: the job's outcome (its dead letter) is already written (decision 138).
+        error_line = (job.error or "").strip().splitlines()[-1:] or ["no error recorded"]
+        raise JobFailedError(
+            f"job {job.pk} ({job.task_name}) failed for good on attempt {job.attempts}: "
+            f"{error_line[0]}; its dead letter is written (`manage.py retry_dead_letters` "
+            "runs it again)"
+        )
     return job.result if job.status == Job.Status.SUCCESSFUL else None
 
 

@@ -55,6 +55,8 @@ def adopt(
         return celery_task(*args, **kwargs)
 
     functools.update_wrapper(call_celery_task, celery_task.run)
+    # The Celery task stays reachable (Task.celery_task): publishing it bypasses the window.
+    setattr(call_celery_task, "celery_task", celery_task)  # noqa: B010 - a function attribute
     return (
         call_celery_task,
         name or celery_task.name,
@@ -62,4 +64,46 @@ def adopt(
     )
 
 
-__all__ = ["adopt", "celery_task_of"]
+#: Celery task attributes a stacked task does not offer: its canvas and Celery-side calls.
+CELERY_ONLY = frozenset(
+    {
+        "s",
+        "si",
+        "signature",
+        "subtask",
+        "map",
+        "starmap",
+        "chunks",
+        "chunk",
+        "apply",
+        "retry",
+        "AsyncResult",
+        "update_state",
+        "request",
+        "send_event",
+    }
+)
+
+
+def missing_attribute(task_name: str, func: object, attr: str) -> AttributeError:
+    """Return the error for ``attr`` missing on the debounce task ``task_name`` (decision 140).
+
+    For a task stacked on a Celery task and a Celery-only attribute
+    (:data:`CELERY_ONLY`): :class:`~django_debounce.exceptions.CeleryFeatureError`
+    naming the alternatives; otherwise Python's usual ``AttributeError``.
+    """
+    from .exceptions import CeleryFeatureError
+
+    celery_task = getattr(func, "celery_task", None)
+    if celery_task is None or attr not in CELERY_ONLY:
+        return AttributeError(f"'Task' object has no attribute {attr!r}")
+    return CeleryFeatureError(
+        f"task {task_name!r} is stacked on the Celery task {celery_task.name!r}: "
+        f".{attr} is not available, because the debounce window decides when it runs "
+        "(Celery's canvas would publish the Celery task itself, outside the window). Use "
+        ".delay()/.apply_async() to go through the window, or .celery_task."
+        f"{attr} for the plain Celery task (no window, no job)."
+    )
+
+
+__all__ = ["CELERY_ONLY", "adopt", "celery_task_of", "missing_attribute"]

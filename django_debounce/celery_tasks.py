@@ -9,19 +9,57 @@ when Django loads the app and Celery is installed
 
 from __future__ import annotations
 
+import logging
+
 from celery import shared_task
 
 from . import celery_executor
+from .exceptions import JobFailedError
+
+logger = logging.getLogger("django_debounce.celery")
 
 
-@shared_task(name=celery_executor.RUN_TASK)
-def run_job(job_id: int) -> object:
-    """Run the handed-off job ``job_id`` (:func:`~django_debounce.celery_executor.run_handed_off`).
+@shared_task(name=celery_executor.RUN_TASK, throws=(JobFailedError,))
+def run_job(*args: object, **kwargs: object) -> object:
+    """Run the handed-off job whose id is the one argument (:func:`~django_debounce.celery_executor.run_handed_off`).
 
     The message's task id is the job id. A duplicate, late or stale message is a
-    logged no-op. Returns the job's stored result (``None`` when it failed).
+    logged no-op, and so is a hand-crafted message whose arguments are not one
+    job id (one ERROR line, action ``bad_message``). What Celery records
+    (decision 138, docs/howto/celery.md "What Flower and AsyncResult show"):
+
+    * SUCCESS with the job's stored result: the job succeeded;
+    * SUCCESS with ``None``: the attempt failed and a retry is scheduled (the
+      job is READY again), or the message was a no-op;
+    * FAILURE with :class:`~django_debounce.exceptions.JobFailedError`: this
+      attempt ended the job FAILED (dead letter written). It is in
+      ``throws``, so the worker logs it without a traceback; the outcome is
+      written before it is raised, and a redelivered message is a no-op, so
+      no ``acks_late``/``acks_on_failure_or_timeout`` setting changes the job.
     """
-    return celery_executor.run_handed_off(int(job_id))
+    job_id = _job_id(args, kwargs)
+    if job_id is None:
+        return None
+    return celery_executor.run_handed_off(job_id)
+
+
+def _job_id(args: tuple[object, ...], kwargs: dict[str, object]) -> int | None:
+    """Return the job id a ``run_job`` message carries, or log why it carries none and return ``None``."""
+    value = args[0] if len(args) == 1 and not kwargs else kwargs.get("job_id", args)
+    if len(args) + len(kwargs) == 1 and not isinstance(value, bool):
+        if isinstance(value, int):
+            return value
+        if isinstance(value, str) and value.strip().isdigit():
+            return int(value)
+    logger.error(
+        "ignored a %s message with args=%r kwargs=%r: it takes one job id (an integer); "
+        "the dispatcher publishes these, a hand-made message must too",
+        celery_executor.RUN_TASK,
+        list(args),
+        kwargs,
+        extra={"action": "bad_message"},
+    )
+    return None
 
 
 @shared_task(name=celery_executor.DISPATCH_TASK, ignore_result=True)

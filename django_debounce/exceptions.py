@@ -36,3 +36,22 @@ class EnqueueContentionError(DebounceError):
 
 class UnknownTaskError(DebounceError, LookupError):
     """No task is registered under that name in this process."""
+
+
+class JobFailedError(DebounceError):
+    """A job handed to Celery ended FAILED on this attempt (its dead letter is written).
+
+    Raised by the Celery task ``django_debounce.run_job`` after the outcome is
+    recorded, so Celery's result backend and Flower show FAILURE for it
+    (issue #10 tester item 1, decision 138). Never raised by the built-in worker.
+    """
+
+
+class CeleryFeatureError(DebounceError, AttributeError):
+    """A Celery feature (canvas signature, ``.map()``, ...) was asked of a task stacked on ``@shared_task``.
+
+    The debounce window decides when such a task runs, so Celery's canvas,
+    which publishes the Celery task itself, is not offered on it; the plain
+    Celery task stays reachable as ``.celery_task`` (bypassing the window).
+    An ``AttributeError``, so ``hasattr`` still answers ``False``.
+    """

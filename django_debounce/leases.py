@@ -19,6 +19,7 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from .conf import settings
 from .lifecycle import bury_lapsed
 from .log_fields import job_fields
 from .models import DeadLetter, Job
@@ -117,6 +118,9 @@ def reclaim_expired_leases(
         if exhausted:
             letters = bury_lapsed(exhausted, error=LEASE_EXPIRED_ERROR, now=now, using=using)
     for job in stale:
+        if job.pk in handoffs:
+            _log_handoff_not_taken(job)
+            continue
         logger.warning(
             "job %s (%s) lost its lease on worker %s; %s",
             job.pk,
@@ -132,6 +136,26 @@ def reclaim_expired_leases(
     for letter in letters:
         send_signal(job_dead_lettered, job=letter.job, dead_letter=letter)
     return len(requeue), len(letters)
+
+
+def _log_handoff_not_taken(job: Job) -> None:
+    """Log a hand-off no Celery worker took within its lease (not a dead worker: nothing ran).
+
+    Names the Celery queue the message went to (``DEBOUNCE_CELERY_QUEUES``, else
+    the job's queue; the mapping of ``celery_executor.celery_queue``, read here
+    from the settings since this layer does not import the executor).
+    """
+    celery_queue = settings.celery_queues.get(job.queue, job.queue)
+    logger.warning(
+        "job %s (%s) was handed off by %s and never taken: no Celery worker consumed Celery "
+        "queue %r within the hand-off lease (no worker on that queue, workers stopped or "
+        "saturated, or the message lost); handed off again, its attempt not counted",
+        job.pk,
+        job.task_name,
+        job.worker_id.removeprefix(HANDOFF_PREFIX),
+        celery_queue,
+        extra=job_fields(job, action="reclaim", outcome="requeued"),
+    )
 
 
 def release_unstarted(

@@ -25,6 +25,7 @@ from django.db import DEFAULT_DB_ALIAS
 from django.db.models import Count, Max, Min, Q
 from django.utils import timezone
 
+from . import redis_buckets, registry
 from .claim_rules import live_lease
 from .hold_reasons import flow_view
 from .models import DeadLetter, Job, TaskState
@@ -154,16 +155,29 @@ def _dead_letters(now: datetime, using: str) -> dict[str, dict[str, int]]:
 
 
 def _flow_control(now: datetime, using: str) -> dict[str, list[dict[str, Any]]]:
+    """Open breakers and buckets holding less than a token, by task name.
+
+    Buckets are read like the admin's (:func:`~.hold_reasons.flow_view`): with
+    ``DEBOUNCE_REDIS`` a rate-limited task registered here has its bucket in
+    Redis and maybe no ``TaskState`` row, so every such task is read from
+    Redis; while Redis does not answer, the database bucket is shown, as the
+    claim then uses it (decisions 104, 139).
+    """
     breakers, buckets = [], []
     states = TaskState.objects.using(using).filter(
         ~Q(breaker_state=TaskState.BreakerState.CLOSED) | Q(tokens__isnull=False)
     )
-    for state in states.order_by("task_name")[:MAX_STATES]:
-        view = flow_view(state.task_name, state, now=now)
-        if state.breaker_state != TaskState.BreakerState.CLOSED:
+    found = {state.task_name: state for state in states.order_by("task_name")[:MAX_STATES]}
+    names = set(found)
+    if redis_buckets.store() is not None:
+        names |= {name for name, task in registry.all_tasks().items() if task.options.rate_limit}
+    for name in sorted(names)[:MAX_STATES]:
+        state = found.get(name)
+        view = flow_view(name, state, now=now)
+        if state is not None and state.breaker_state != TaskState.BreakerState.CLOSED:
             breakers.append(
                 {
-                    "task_name": state.task_name,
+                    "task_name": name,
                     "state": state.breaker_state,
                     "failures": state.failures,
                     "opened_at": _iso(state.opened_at),
@@ -173,7 +187,7 @@ def _flow_control(now: datetime, using: str) -> dict[str, list[dict[str, Any]]]:
         if view.tokens is not None and view.capacity is not None and view.tokens < 1:
             buckets.append(
                 {
-                    "task_name": state.task_name,
+                    "task_name": name,
                     "tokens": round(view.tokens, 3),
                     "capacity": view.capacity,
                     "next_token_at": _iso(view.next_token_at),

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
 from . import registry
-from .celery_stacking import adopt
+from .celery_stacking import adopt, missing_attribute
 from .conf import settings
 from .exceptions import ConfigurationError
 from .options import TaskOptions, declare
@@ -80,6 +80,28 @@ class Task(Generic[P, R]):
 
     def __repr__(self) -> str:
         return f"<Task {self.name}>"
+
+    @property
+    def celery_task(self) -> Any:
+        """The Celery task under a ``@debounced_task`` stacked on ``@shared_task``, else ``None``.
+
+        Publishing it (``.celery_task.delay()``, ``.celery_task.s()``) bypasses
+        the window: a plain Celery message, no job (docs/howto/celery.md).
+        """
+        return getattr(self.__dict__.get("func"), "celery_task", None)
+
+    if not TYPE_CHECKING:  # hidden from type checkers: a typo stays a static error
+
+        def __getattr__(self, attr: str) -> Any:
+            """Only for attributes a Task lacks: name the alternatives to Celery's canvas.
+
+            Raises:
+                CeleryFeatureError: ``attr`` is a Celery-only attribute (``s``,
+                    ``si``, ``map``, ...) of a task stacked on a Celery task.
+                AttributeError: any other missing attribute.
+            """
+            func = self.__dict__.get("func")
+            raise missing_attribute(self.__dict__.get("name", "?"), func, attr)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Run the function inline (no job); an ``async def`` task returns its coroutine.

@@ -61,6 +61,18 @@ def redis_errors() -> tuple[type[BaseException], ...]:
     return (ConnectionError, TimeoutError, OSError)
 
 
+def config_errors() -> tuple[type[BaseException], ...]:
+    """Return the exceptions :func:`redis_client` raises for a wrong ``DEBOUNCE_REDIS`` (E036–E039).
+
+    A missing cache alias (Django's ``InvalidCacheBackendError``), a cache
+    without a raw connection (``NotImplementedError``), django-redis missing
+    (``ImportError``).
+    """
+    from django.core.cache.backends.base import InvalidCacheBackendError
+
+    return (InvalidCacheBackendError, NotImplementedError, ImportError)
+
+
 class _Publisher:
     """Publish queue names after commit, once per queue and transaction; skip while Redis is down."""
 
@@ -100,20 +112,31 @@ class _Publisher:
             for queue in sorted(queues):
                 client.publish(CHANNEL, queue)
         except redis_errors() as exc:
-            with self.lock:
-                first = self.down_until == 0.0
-                self.down_until = time.monotonic() + PUBLISH_RETRY_AFTER
-            if first:
-                logger.warning(
-                    "Redis wake-up: publish failed (%s); workers poll until Redis is back",
-                    exc,
-                    extra={"action": "wakeup_publish_error"},
-                )
+            self._skip("Redis wake-up: publish failed (%s); workers poll until Redis is back", exc)
+            return
+        except config_errors() as exc:
+            # A wrong DEBOUNCE_REDIS is one line per interval like an outage, not a traceback
+            # per enqueue (tester report item 5, decision 141).
+            self._skip(
+                "Redis wake-up: DEBOUNCE_REDIS=%r gives no Redis connection (%s: %s); workers "
+                "poll meanwhile. Run `manage.py check` (django_debounce.E036-E039)",
+                alias,
+                type(exc).__name__,
+                exc,
+            )
             return
         if self.down_until:
             with self.lock:
                 self.down_until = 0.0
             logger.info("Redis wake-up: publishing again", extra={"action": "wakeup_recovered"})
+
+    def _skip(self, message: str, *args: Any) -> None:
+        """Skip publishing for :data:`PUBLISH_RETRY_AFTER`; log ``message`` on the first failure."""
+        with self.lock:
+            first = self.down_until == 0.0
+            self.down_until = time.monotonic() + PUBLISH_RETRY_AFTER
+        if first:
+            logger.warning(message, *args, extra={"action": "wakeup_publish_error"})
 
 
 _publisher = _Publisher()
@@ -168,4 +191,4 @@ class RedisListener(ListenerThread):
             self.pubsub = None
 
 
-__all__ = ["CHANNEL", "RedisListener", "publish_after_commit", "redis_client"]
+__all__ = ["CHANNEL", "RedisListener", "config_errors", "publish_after_commit", "redis_client"]

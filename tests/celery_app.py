@@ -38,7 +38,19 @@ def make_app(broker: str) -> Celery:
     return celery
 
 
+def with_results(celery: Celery, prefix: str) -> Celery:
+    """Store task results in the local Redis (database 12) under keys starting with ``prefix``."""
+    celery.conf.update(
+        result_backend=REDIS,
+        result_backend_transport_options={"global_keyprefix": prefix},
+        task_ignore_result=False,
+    )
+    return celery
+
+
 app = make_app(os.environ.get("DEBOUNCE_TEST_BROKER", REDIS))
+if os.environ.get("DEBOUNCE_TEST_RESULT_PREFIX"):  # a test reading AsyncResult states
+    with_results(app, os.environ["DEBOUNCE_TEST_RESULT_PREFIX"])
 app.set_current()
 app.set_default()
 # `celery worker --debounce-metrics-port N` (tests/processes/test_celery_metrics.py); called

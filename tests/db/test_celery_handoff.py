@@ -16,7 +16,7 @@ from django.db import connection
 
 from django_debounce import celery_executor, handoff, leases
 from django_debounce.claim import claim_jobs
-from django_debounce.exceptions import ConfigurationError
+from django_debounce.exceptions import ConfigurationError, JobFailedError
 from django_debounce.models import DeadLetter, Job
 from django_debounce.registry import get_task
 from django_debounce.tasks import Task, task
@@ -139,7 +139,8 @@ def test_a_failing_run_retries_with_the_tasks_backoff_then_dead_letters(clock):
         assert row.run_at == clock(at=row.run_at)  # moved to the backoff's end...
         assert dt.timedelta(seconds=5) <= row.run_at - row.started_at <= dt.timedelta(seconds=10)
     _handoff()
-    celery_executor.run_handed_off(job.pk)
+    with pytest.raises(JobFailedError):
+        celery_executor.run_handed_off(job.pk)
     assert Job.objects.get(pk=job.pk).status == Status.FAILED
     letter = DeadLetter.objects.get(job=job.pk)
     assert letter.error == "RuntimeError: no luck for f"
@@ -265,3 +266,52 @@ def test_an_idle_dispatcher_wakes_on_listen_notify_not_at_its_poll(settings):
     assert handed.worker_id.startswith(leases.HANDOFF_PREFIX)
     assert elapsed < 1.0, f"handed off after {elapsed:.2f} s (poll 5 s)"
     assert dispatcher.dispatched == 1
+
+
+def test_a_handoff_nobody_took_is_logged_as_never_taken_naming_the_celery_queue(
+    clock, caplog, settings
+):
+    settings.DEBOUNCE_CELERY_QUEUES = {"mail": "mail-io"}
+    job = get_task("cel.record").apply_async(args=("q",), queue="mail")
+    _handoff()
+    clock(at=Job.objects.get(pk=job.pk).lease_expires_at)
+    with caplog.at_level("WARNING", logger="django_debounce"):
+        assert leases.reclaim_expired_leases() == (1, 0)
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line == (
+        f"job {job.pk} (cel.record) was handed off by sched and never taken: no Celery worker "
+        "consumed Celery queue 'mail-io' within the hand-off lease (no worker on that queue, "
+        "workers stopped or saturated, or the message lost); handed off again, its attempt "
+        "not counted"
+    )
+
+
+def test_the_dispatcher_counts_hand_offs_in_its_last_line(settings, caplog):
+    settings.DEBOUNCE_CELERY_APP = "tests.celery_app.app"
+    dispatcher = celery_executor.Dispatcher(burst=True, handle_signals=False)
+    with caplog.at_level("INFO", logger="django_debounce.celery"):
+        assert dispatcher.run() == 0
+    assert caplog.records[-1].getMessage() == (
+        f"dispatcher {dispatcher.scheduler_id} stopped after 0 hand-off(s)"
+    )
+
+
+def test_celery_canvas_on_a_stacked_task_is_a_clear_error_and_the_celery_task_stays_reachable():
+    from django_debounce.exceptions import CeleryFeatureError, DebounceError
+
+    with pytest.raises(CeleryFeatureError) as raised:
+        stacked.s("k", 1)
+    assert isinstance(raised.value, DebounceError) and isinstance(raised.value, AttributeError)
+    assert str(raised.value) == (
+        "task 'cel.stacked' is stacked on the Celery task 'cel.stacked': .s is not available, "
+        "because the debounce window decides when it runs (Celery's canvas would publish the "
+        "Celery task itself, outside the window). Use .delay()/.apply_async() to go through "
+        "the window, or .celery_task.s for the plain Celery task (no window, no job)."
+    )
+    assert not hasattr(stacked, "chunks")
+    signature = stacked.celery_task.s("k", 1)
+    assert (signature.task, signature.args) == ("cel.stacked", ("k", 1))
+    assert record.celery_task is None, "a task declared with @task has no Celery task"
+    with pytest.raises(AttributeError, match="no attribute 's'") as plain:
+        record.s("x")
+    assert not isinstance(plain.value, DebounceError)

@@ -195,3 +195,54 @@ def test_watch_json_writes_one_compact_document_per_line(clock, monkeypatch):
     assert len(lines) == 3 and lines[2] == ""  # Ctrl-C ends the output with a newline
     documents = [json.loads(line) for line in lines[:2]]
     assert [d["queues"][0]["ready"] for d in documents] == [8, 8]
+
+
+# -- token buckets kept in Redis (DEBOUNCE_REDIS; decisions 104, 139) ---------------------------
+
+
+def _rated_in_redis(settings, url: str) -> list[int]:
+    from django_debounce import task
+
+    caches = {alias: dict(config) for alias, config in settings.CACHES.items()}
+    caches["redis"]["LOCATION"] = url
+    settings.CACHES = caches
+    settings.DEBOUNCE_REDIS = "redis"
+    task(name="st.redis_rate", rate_limit="2/m")(lambda n: None)
+    ids = [JobFactory(task_name="st.redis_rate", args=[i], run_at=T).pk for i in range(3)]
+    from django_debounce.claim import claim_jobs
+
+    claimed = claim_jobs(worker_id="w", limit=10, lease=dt.timedelta(minutes=1))
+    assert [job.pk for job in claimed] == ids[:2]
+    return ids
+
+
+def test_buckets_kept_in_redis_are_shown_from_redis(settings, clock, tmp_path):
+    from tests.redis_support import private_redis
+
+    with private_redis(tmp_path) as server:
+        _rated_in_redis(settings, server.url)
+        assert not TaskState.objects.filter(task_name="st.redis_rate").exists(), "Redis only"
+        clock(seconds=15)
+        status = status_json()
+    assert status["buckets"] == [
+        {
+            "task_name": "st.redis_rate",
+            "tokens": 0.5,
+            "capacity": 2,
+            "next_token_at": (T + 30 * S).isoformat(),
+        }
+    ]
+
+
+def test_while_redis_is_down_the_database_bucket_is_shown(settings, clock, tmp_path, monkeypatch):
+    from django_debounce import redis_buckets
+    from tests.redis_support import private_redis
+
+    monkeypatch.setattr(redis_buckets, "PROBE_INTERVAL", 0.0)
+    with private_redis(tmp_path) as server:
+        _rated_in_redis(settings, server.url)
+        server.stop()
+        TaskState.objects.create(task_name="st.redis_rate", tokens=0.0, tokens_at=T)
+        clock(seconds=6)
+        status = status_json()
+    assert [(b["task_name"], b["tokens"]) for b in status["buckets"]] == [("st.redis_rate", 0.2)]

@@ -90,7 +90,10 @@ def test_rates_register(rate):
     [
         ({"rate_limit": "ten/m"}, r"rate_limit='ten/m' is not a rate"),
         ({"rate_limit": "0/s"}, "is not a rate"),
-        ({"rate_limit": "10/fortnight"}, "is not a duration"),
+        (
+            {"rate_limit": "10/fortnight"},
+            r"rate_limit='10/fortnight' is not a rate: its period 'fort",
+        ),
         ({"rate_limit": 10}, "must be a str 'N/period'"),
         ({"on_excess": "queue"}, r"on_excess='queue' is unknown"),
         ({"concurrency": 0}, r"concurrency=0 must be an int >= 1"),

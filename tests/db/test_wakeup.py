@@ -280,3 +280,32 @@ def test_enqueues_publish_after_commit_once_per_queue_and_transaction(redis_wake
             pass
         stamp.delay("outer")  # registers its own callback again
     assert redis_wakeup() == ["default"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_debounce_redis_naming_a_missing_alias_is_one_warning_not_a_traceback_per_enqueue(
+    settings, caplog, monkeypatch
+):
+    from django_debounce import wakeup_redis
+
+    monkeypatch.setattr(wakeup_redis, "_publisher", wakeup_redis._Publisher())
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    settings.DEBOUNCE_REDIS = "wake-typo"
+    settings.DEBOUNCE_WAKEUP = "redis"
+    with caplog.at_level("DEBUG", logger="django_debounce"):
+        for i in range(5):
+            stamp.delay(f"t{i}")
+    assert Job.objects.count() == 5, "the enqueues are unaffected"
+    lines = [r for r in caplog.records if r.levelno >= 30]
+    assert [(r.name, r.levelname, r.exc_info) for r in lines] == [
+        ("django_debounce.wakeup", "WARNING", None)
+    ]
+    assert (
+        lines[0]
+        .getMessage()
+        .startswith(
+            "Redis wake-up: DEBOUNCE_REDIS='wake-typo' gives no Redis connection "
+            "(InvalidCacheBackendError: "
+        )
+    )
+    assert lines[0].getMessage().endswith("Run `manage.py check` (django_debounce.E036-E039)")

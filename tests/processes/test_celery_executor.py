@@ -172,3 +172,42 @@ def test_a_stopped_celery_worker_leaves_jobs_waiting_not_lost(rig: CeleryRig, se
     wait_for(all_ran, timeout=60, interval=0.2, what=again.tail)
     assert sorted(CallLog.objects.values_list("key", flat=True)) == [f"wait-{i}" for i in range(3)]
     assert set(Job.objects.values_list("attempts", flat=True)) == {1}
+
+
+def test_async_result_shows_success_and_a_failed_job_as_failure(procs: Processes, settings) -> None:
+    """Decision 138: the Celery state follows the job's outcome (Redis broker and results)."""
+    from celery.result import AsyncResult
+
+    from django_debounce.exceptions import JobFailedError
+    from tests.celery_app import REDIS, make_app, with_results
+    from tests.testapp.tasks_celery import fails
+
+    rig = CeleryRig("redis", procs, DEBOUNCE_TEST_LEASE="3s")
+    prefix = f"{rig.queue}:"
+    rig.env["DEBOUNCE_TEST_RESULT_PREFIX"] = prefix
+    for name, value in rig.settings().items():
+        setattr(settings, name, value)
+    results = with_results(make_app(REDIS), prefix)
+    good = record.delay("ok")
+    bad = fails.apply_async(args=("nope",), max_retries=0)
+    try:
+        rig.worker()
+        assert celery_executor.dispatch_due(app=rig.app) == 2
+        wait_for(
+            lambda: {_status(good.pk), _status(bad.pk)} == {"SUCCESSFUL", "FAILED"},
+            timeout=60,
+            what=lambda: rig.procs.tails(),
+        )
+        done = AsyncResult(str(good.pk), app=results)
+        failed = AsyncResult(str(bad.pk), app=results)
+        wait_for(lambda: failed.state == "FAILURE", timeout=10, what=lambda: failed.state)
+        assert (done.state, done.result["tag"]) == ("SUCCESS", "ok")
+        assert isinstance(failed.result, JobFailedError)
+        assert str(failed.result).startswith(
+            f"job {bad.pk} (cel.fails) failed for good on attempt 1: RuntimeError: no luck for nope"
+        )
+    finally:
+        procs.kill_all()
+        rig.close()
+        for result in (AsyncResult(str(job.pk), app=results) for job in (good, bad)):
+            result.forget()

@@ -1,0 +1,87 @@
+"""What the Celery task ``django_debounce.run_job`` ends in, per job outcome (decision 138).
+
+The task body runs in this process (a Celery task object called directly runs
+its function); the real worker's AsyncResult state is checked in
+tests/processes/test_celery_executor.py.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+import pytest
+
+from django_debounce import handoff
+from django_debounce.celery_tasks import run_job
+from django_debounce.exceptions import DebounceError, JobFailedError
+from django_debounce.models import DeadLetter, Job
+from tests.testapp.tasks_celery import fails, record
+
+pytestmark = pytest.mark.django_db
+
+Status = Job.Status
+
+
+def _handoff() -> None:
+    handoff.claim_for_handoff(scheduler_id="s", limit=10, lease=dt.timedelta(seconds=30))
+
+
+def test_a_retry_ends_the_task_normally_and_the_last_attempt_raises_after_the_dead_letter(clock):
+    job = fails.delay("x")
+    for attempt in (1, 2):
+        _handoff()
+        assert run_job(job.pk) is None
+        row = Job.objects.get(pk=job.pk)
+        assert (row.status, row.attempts) == (Status.READY, attempt), "a retry is scheduled"
+        clock(at=row.run_at)
+    _handoff()
+    with pytest.raises(JobFailedError) as raised:
+        run_job(str(job.pk))
+    assert isinstance(raised.value, DebounceError)
+    assert str(raised.value) == (
+        f"job {job.pk} (cel.fails) failed for good on attempt 3: RuntimeError: no luck for x; "
+        "its dead letter is written (`manage.py retry_dead_letters` runs it again)"
+    )
+    # The outcome was written before the raise: FAILED with its dead letter.
+    assert Job.objects.get(pk=job.pk).status == Status.FAILED
+    assert DeadLetter.objects.get(job=job.pk).error == "RuntimeError: no luck for x"
+    assert run_job(job.pk) is None, "a redelivered message is a no-op, never a second failure"
+
+
+def test_an_unknown_task_dead_letters_and_fails_the_celery_task(clock):
+    job = record.delay("u")
+    _handoff()
+    Job.objects.filter(pk=job.pk).update(task_name="cel.renamed_away")  # after its hand-off
+    with pytest.raises(JobFailedError, match=rf"job {job.pk} \(cel.renamed_away\) failed for good"):
+        run_job(job.pk)
+    assert DeadLetter.objects.get(job=job.pk).reason == "unknown_task: cel.renamed_away"
+
+
+def test_a_success_returns_the_stored_result(clock):
+    job = record.delay("s")
+    _handoff()
+    assert run_job(job.pk)["tag"] == "s"
+    assert Job.objects.get(pk=job.pk).status == Status.SUCCESSFUL
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs"),
+    [(["abc"], {}), ([None], {}), ([], {}), ([1, 2], {}), ([True], {}), ([], {"jid": 1})],
+)
+def test_a_hand_crafted_message_with_bad_arguments_is_one_error_line(clock, caplog, args, kwargs):
+    job = record.delay("b")
+    _handoff()
+    with caplog.at_level(logging.INFO, logger="django_debounce"):
+        assert run_job(*args, **kwargs) is None
+    (line,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert line.levelno == logging.ERROR and line.exc_info is None
+    assert line.getMessage().startswith("ignored a django_debounce.run_job message with args=")
+    assert "it takes one job id (an integer)" in line.getMessage()
+    assert Job.objects.get(pk=job.pk).status == Status.RUNNING, "no job was touched"
+
+
+def test_the_job_id_by_keyword_is_accepted(clock):
+    job = record.delay("k")
+    _handoff()
+    assert run_job(job_id=job.pk)["tag"] == "k"
