@@ -156,6 +156,11 @@ def run_logged(cmd: list[str], log: Path, timeout: float) -> tuple[int, str, flo
     return proc.returncode, proc.stdout.decode(errors="replace"), time.monotonic() - started
 
 
+def db_prefix(args: argparse.Namespace) -> str:
+    """Database name prefix: a smoke run never drops a full run's databases."""
+    return "bench_smoke" if args.smoke else "bench_suite"
+
+
 def run_scenario(s: Scenario, args: argparse.Namespace, out: Path) -> None:
     script = ROOT / "bench" / s.script
     if not script.exists():
@@ -167,7 +172,7 @@ def run_scenario(s: Scenario, args: argparse.Namespace, out: Path) -> None:
     if "--json" in text:
         cmd += ["--json", str(target)]
     if "add_db_arguments" in text:  # a database of the suite's own: never a developer's run's
-        cmd += ["--url", database_url(f"bench_suite_{s.name}")]
+        cmd += ["--url", database_url(f"{db_prefix(args)}_{s.name}")]
     if s.redis is not None and '"--redis"' in text:
         cmd += ["--redis", f"redis://127.0.0.1:6379/{s.redis}"]
     print(f"suite: {s.name}: {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
@@ -199,7 +204,7 @@ def run_peers(args: argparse.Namespace, out: Path) -> Scenario:
     s.data, failures = {}, []
     for peer in PEERS:
         cmd = [str(python), str(ROOT / "bench" / "peer_run.py"), "--peer", peer]
-        cmd += ["--url", database_url(f"bench_suite_peer_{peer}")]
+        cmd += ["--url", database_url(f"{db_prefix(args)}_peer_{peer}")]
         if args.smoke:
             cmd.append("--smoke")
         else:

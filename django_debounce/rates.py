@@ -41,8 +41,8 @@ def parse_rate(value: str, *, name: str = "rate_limit") -> Rate:
     except ConfigurationError as exc:
         # Quote the whole rate, not only its period (tester report item 9).
         raise ConfigurationError(
-            f"{name}={value!r} is not a rate: its period {match.group(2)!r} is not a positive "
-            "duration. Write 'N/period' with period s, m, h, d or a duration such as '10s', "
-            "'1h30m' or '14d', e.g. '5/14d'."
+            f"{name}={value!r} is not a rate: its period {match.group(2)!r} is not a valid "
+            f"duration ({exc}). Write 'N/period' with period s, m, h, d or a duration such as "
+            "'10s', '1h30m' or '14d', e.g. '5/14d'."
         ) from exc
     return Rate(count=int(match.group(1)), period_seconds=seconds)
