@@ -197,7 +197,8 @@ def test_busy_worker_keeps_its_loop_connection(tmp_path, conn_max_age):
     assert Job.objects.filter(status=Job.Status.SUCCESSFUL).count() == total
     if conn_max_age == "0":
         # One per job (its task's query and the outcome write share it), plus the loop's
-        # and start-up's few. Reconnecting the loop for each claim made it ~1.5 per job.
-        assert total <= opened <= total + 3
+        # and start-up's few (one of them the command's table check before the first claim,
+        # decision 130). Reconnecting the loop for each claim made it ~1.5 per job.
+        assert total <= opened <= total + 4
     else:
         assert opened <= concurrency + 3
