@@ -312,7 +312,10 @@ def test_a_second_signal_inside_the_loop_exits_without_waiting_for_running_jobs(
     """
     running = work.delay("long", seconds=60)
     name = app_name("claim-abort")
-    with processes(tmp_path, child_env(DEBOUNCE_TEST_APP_NAME=name)) as procs:
+    # Polling, not LISTEN/NOTIFY: a wake-up lets the free thread claim (and run) "queued"
+    # before the test takes the table lock, and this test is about a claim blocked by it.
+    env = child_env(DEBOUNCE_TEST_APP_NAME=name, DEBOUNCE_TEST_WAKEUP="poll")
+    with processes(tmp_path, env) as procs:
         worker = procs.worker("--concurrency", "2", "--poll-interval", "0.05")
         wait_for(_started(running, worker), timeout=30, what="the long job to start")
         queued = work.delay("queued")
