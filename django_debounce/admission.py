@@ -38,18 +38,19 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import connections
 from django.db.models import Count
 
-from . import redis_tokens, registry
-from .breaker import CLOSED, HALF_OPEN, OPEN
+from . import redis_tokens
+from .breaker import CLOSED, HALF_OPEN
 from .claim_rules import Gate, live_lease, verdict
 from .models import Job, TaskState
 from .redis_buckets import Level
+from .start_rules import JudgedAtStart
 
 logger = logging.getLogger("django_debounce.admission")
 
-_STATE_FIELDS = ["tokens", "tokens_at", "breaker_state", "failures", "opened_at", "probe_job_id"]
+_STATE_FIELDS = TaskState.STATE_FIELDS
 
 
 @dataclass
@@ -59,6 +60,9 @@ class Decision:
     admitted: list[Job] = field(default_factory=list)
     to_shed: list[tuple[Job, Gate]] = field(default_factory=list)
     held_back: list[Job] = field(default_factory=list)
+    cut: bool = False
+    """True when the round stopped at a job judged at its start with no thread free for it
+    (:func:`~django_debounce.start_rules.cut_for_start`): later candidates wait behind it."""
 
 
 @dataclass(frozen=True)
@@ -261,18 +265,49 @@ class Admission:
         self.dirty = set(checkpoint.dirty)
         self.redis.restore(checkpoint.redis)  # Redis tokens go back
 
-    def admit(self, candidates: Sequence[Job], room: int) -> Decision:
+    def admit(
+        self,
+        candidates: Sequence[Job],
+        room: int,
+        *,
+        start_now: int | None = None,
+        judged: JudgedAtStart | None = None,
+        plan: bool = False,
+    ) -> Decision:
         """Decide, in claim order, which ``candidates`` start (at most ``room``).
 
         Candidates past ``room`` are held back unexamined. Tokens taken and
         breaker transitions are applied to the locked rows in memory; call
         :meth:`save` before the transaction commits.
+
+        Args:
+            candidates: due jobs, in claim order.
+            room: most jobs to admit.
+            start_now: how many admitted jobs start at once (``None``: all). A job
+                ``judged`` at its start is admitted only among the first
+                ``start_now``; the round stops before the first one past them
+                (``Decision.cut``; decision 146).
+            judged: :func:`~django_debounce.start_rules.judged_at_start` of the claim.
+            plan: decide which jobs the claim would take without taking Redis
+                tokens (a Redis rate limit is judged as if its take succeeded);
+                :meth:`restore` afterwards, lock the jobs taken, then decide again
+                for real over the locked ones, so a token is taken only for a job
+                this claim holds (issue #17 item 5).
         """
         decision = Decision()
         self.hold(candidates)
         pending = Counter(job.task_name for job in candidates)
         for job in candidates:
-            if len(decision.admitted) >= room:
+            if len(decision.admitted) >= room or decision.cut:
+                decision.held_back.append(job)
+                continue
+            if (
+                start_now is not None
+                and judged is not None
+                and len(decision.admitted) >= start_now
+                and judged(job)
+            ):
+                decision.cut = True
                 decision.held_back.append(job)
                 continue
             # A Redis take asks for the tokens this claim may still use of the task.
@@ -282,7 +317,7 @@ class Admission:
             if gate is None:
                 decision.admitted.append(job)
                 continue
-            verdict = self._check(gate, job)
+            verdict = self._check(gate, job, plan=plan)
             if verdict == "admit":
                 decision.admitted.append(job)
             elif verdict == "shed":
@@ -291,11 +326,13 @@ class Admission:
                 decision.held_back.append(job)
         return decision
 
-    def _check(self, gate: Gate, job: Job) -> str:
+    def _check(self, gate: Gate, job: Job, *, plan: bool = False) -> str:
         """Judge ``job`` by its task's rules (:func:`~.claim_rules.verdict`) and apply an admit.
 
         Returns ``"admit"``, ``"hold"`` or ``"shed"``. An admitted job takes a
         token and may become the breaker's probe, both in the locked row in memory.
+        With ``plan``, a Redis take is not made: the job counts as admitted (see
+        :meth:`admit`).
         """
         name = gate.task_name
         state = self.states.get(name)
@@ -312,7 +349,10 @@ class Admission:
         if judged.kind != "admit":
             return judged.kind
         if judged.level is not None and name in self.redis.names:
-            if name in self.redis.refused or not self.redis.take(name, self.now, self._want):
+            # A plan takes nothing: the take is made once the job is locked (issue #17 item 5).
+            if not plan and (
+                name in self.redis.refused or not self.redis.take(name, self.now, self._want)
+            ):
                 # No token (Redis said so in this claim), or Redis failed: never shed for that.
                 return "shed" if gate.drop and name not in self.redis.failed else "hold"
         elif judged.level is not None:
@@ -367,60 +407,9 @@ class Admission:
         self.dirty.clear()
 
 
-def record_run(job: Job, *, succeeded: bool, now: datetime, using: str) -> None:
-    """Count a finished run of ``job`` in its task's circuit breaker (§6).
-
-    Every run that raised is a failure, one that will be retried included; a
-    success resets the count. Call it in the transaction that writes the
-    run's outcome: the task's TaskState row is locked (created if missing)
-    and saved there. Does nothing for a task without a breaker or one this
-    process does not know (an ``unknown_task:`` dead letter never counts).
-
-    Args:
-        job: the job whose run finished (its ``pk`` identifies the probe).
-        succeeded: True for a run that returned, False for one that raised.
-        now: the outcome's instant (aware datetime).
-        using: database alias.
-    """
-    task = registry.lookup(job.task_name)
-    breaker = task.options.circuit_breaker if task is not None else None
-    if breaker is None:
-        return
-    with transaction.atomic(using=using):
-        qs = TaskState.objects.using(using).filter(task_name=job.task_name)
-        if connections[using].features.has_select_for_update:
-            qs = qs.select_for_update()
-        state = qs.first()
-        if state is None:
-            TaskState.objects.using(using).bulk_create(
-                [TaskState(task_name=job.task_name)], ignore_conflicts=True
-            )
-            state = qs.get()
-        before = state.breaker_state
-        if succeeded:
-            changed = breaker.record_success(state, job.pk)
-        else:
-            changed = breaker.record_failure(state, job.pk, now)
-        if changed:
-            state.save(using=using, update_fields=_STATE_FIELDS)
-    if state.breaker_state != before:
-        log = logger.warning if state.breaker_state == OPEN else logger.info
-        log(
-            "circuit breaker of %s: %s -> %s after job %s %s (%d consecutive failure(s))",
-            job.task_name,
-            before,
-            state.breaker_state,
-            job.pk,
-            "succeeded" if succeeded else "failed",
-            state.failures,
-            extra={"action": "breaker", "job_id": job.pk},
-        )
-
-
 __all__ = [
     "CLOSED",
     "Admission",
     "Checkpoint",
     "Decision",
-    "record_run",
 ]

@@ -23,34 +23,34 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, OperationalError, connections, transaction
-from django.db.models.sql.query import Query
 from django.utils import timezone
 
-from . import admission, compiled
+from . import compiled
 from .claim_queries import (
     NOW_SLOT,
     ClaimedBatch,
     ClaimShape,
     anything_claimable,
     claim_in_one_statement,
-    lock_due,
     mark_running,
     one_statement_applies,
 )
-from .claim_rules import Gate, claimable_jobs, current_gates, shed_reason
+from .claim_rules import claimable_jobs, current_gates
 from .codel import apply_codel
+from .conf import settings
 from .db_errors import is_contention
 from .executor_choice import TaskFilter, claim_filter
-from .lifecycle import shed
+from .gated_claim import take_admitted
 from .log_fields import job_fields
 from .models import Job
 from .outcomes import expire_jobs
 from .redis_tokens import TokenLedger
+from .start_rules import cut_for_start, judged_at_start
+from .task_states import ensure_task_states
 
 #: The worker's documented logger (docs/reference/commands.md): claim lines keep its name.
 logger = logging.getLogger("django_debounce.worker")
@@ -67,6 +67,7 @@ def claim_jobs(
     using: str = DEFAULT_DB_ALIAS,
     peek: bool = False,
     executor: str = "worker",
+    start_now: int | None = None,
 ) -> list[Job]:
     """Claim up to ``limit`` due jobs for ``worker_id`` in one transaction.
 
@@ -98,6 +99,12 @@ def claim_jobs(
         executor: ``"worker"`` or ``"celery"``: claim only jobs of the tasks
             that executor runs (:func:`~django_debounce.executor_choice.claim_filter`,
             issue #10); with every task on ``DEBOUNCE_EXECUTOR`` that is every job.
+        start_now: how many of the claimed jobs the caller starts at once (its
+            free threads); the rest wait in the caller (claimed ahead). ``None``:
+            every job claimed starts at once. A job under a rule judged at its
+            start (a gated task, a CoDel queue) is taken only among the first
+            ``start_now``, and the claim takes nothing past the first such job
+            it cannot start (:mod:`django_debounce.start_rules`, decision 146).
 
     Returns:
         The claimed jobs as they are after the claim (RUNNING, attempts
@@ -118,6 +125,7 @@ def claim_jobs(
         using=using,
         peek=peek,
         executor=executor,
+        start_now=start_now,
     ).jobs
 
 
@@ -131,6 +139,7 @@ def claim_batch(
     peek: bool = False,
     attempts: int = 1,
     executor: str = "worker",
+    start_now: int | None = None,
 ) -> ClaimedBatch:
     """Claim as :func:`claim_jobs` does; return the jobs with their ``started_at`` before the claim.
 
@@ -161,6 +170,7 @@ def claim_batch(
                 using=using,
                 peek=peek,
                 tasks=tasks,
+                start_now=start_now,
             )
         except OperationalError as exc:
             if attempt >= attempts or not is_contention(exc) or connections[using].in_atomic_block:
@@ -185,6 +195,7 @@ def _claim_once(
     using: str,
     peek: bool,
     tasks: TaskFilter,
+    start_now: int | None = None,
 ) -> ClaimedBatch:
     """Make one claim as :func:`claim_jobs` describes it, of the task names ``tasks`` lets through."""
     if limit <= 0:
@@ -196,6 +207,8 @@ def _claim_once(
         # transaction takes the database's write lock and would stall producers).
         return ClaimedBatch()
     gates = current_gates()  # pure Python; empty: the fast path
+    if gates:
+        ensure_task_states(gates, using)  # before the transaction: a claim never inserts them
     if not gates and one_statement_applies(queues, using):
         claimed = claim_in_one_statement(
             worker_id=worker_id, limit=limit, lease=lease, queues=queues, using=using, tasks=tasks
@@ -204,6 +217,7 @@ def _claim_once(
             return claimed
         # An expired job was among the picked ones: the transaction below expires it (and
         # cancels its dependents with it) and claims the rest.
+    judged = judged_at_start(gates, settings.codel)
     busy: set[str] = set()  # CoDel queues whose state row another claim holds right now
     while True:
         # The ledger gives back the Redis tokens (DEBOUNCE_REDIS) of a round that rolls back,
@@ -223,11 +237,19 @@ def _claim_once(
                 tasks=tasks,
             )
             if gates:
-                jobs = _take_admitted(
-                    shape, gates, limit=limit, now=now, using=using, ledger=ledger
+                jobs = take_admitted(
+                    shape,
+                    gates,
+                    limit=limit,
+                    now=now,
+                    using=using,
+                    ledger=ledger,
+                    start_now=start_now,
+                    judged=judged,
                 )
             else:
                 jobs = _take_due(shape, limit=limit, now=now, using=using)
+                jobs = cut_for_start(jobs, start_now, judged)
             # CoDel (§6): shed what each queue's control law drops (no query unless a candidate's
             # queue has CoDel). If it shed every candidate, commit that and claim again in a new
             # transaction (each round sheds a job; QueueState locks are taken last, see codel.py).
@@ -296,135 +318,6 @@ def _take_due(shape: ClaimShape, *, limit: int, now: datetime, using: str) -> li
         jobs = [job for job in jobs if job.pk not in expired]
         if jobs:
             return jobs
-
-
-#: Candidate rounds per gated claim that shed nothing (each round leaves out the
-#: task names found exhausted in the previous one).
-_MAX_ROUNDS = 4
-#: Jobs one gated claim examines at most (shedding rounds continue up to this).
-_MAX_EXAMINED = 2000
-
-
-def _take_admitted(
-    shape: ClaimShape,
-    gates: dict[str, Gate],
-    *,
-    limit: int,
-    now: datetime,
-    using: str,
-    ledger: TokenLedger | None = None,
-) -> list[Job]:
-    """Return up to ``limit`` due jobs the flow-control gate admits (§6), in claim order, locked.
-
-    Task names that surely admit nothing (:meth:`Admission.blocked_names`) are
-    left out of the candidate query, so a blocked task's backlog does not starve
-    other tasks; candidates are oversampled, and a bounded number of further
-    rounds leave out the names exhausted meanwhile. Jobs of ``on_excess="drop"``
-    tasks without a token are shed here (dead letter ``shed:``, no signal).
-
-    Candidates are read without row locks; only the jobs this claim takes (to
-    run, to shed, to expire) are then locked (:func:`~django_debounce.claim_queries.lock_due`), so another
-    worker's claim still finds every job this one examined but did not take
-    (decision 43 in docs/decisions.md).
-    """
-    gate = admission.Admission(gates, now=now, using=using, ledger=ledger)
-    skip = gate.blocked_names()
-    unlocked = ClaimShape(queues=shape.queues, busy=shape.busy, lock="", tasks=shape.tasks)
-    jobs: list[Job] = []
-    seen: list[int] = []  # examined: later rounds leave them out
-    idle_rounds = examined = 0
-    while idle_rounds < _MAX_ROUNDS and examined < _MAX_EXAMINED:
-        room = limit - len(jobs)
-        batch = room + max(8, room)
-        if seen:  # a later round: its excludes vary, so it stays on the ORM
-            round_qs = unlocked.queryset(now, using).exclude(pk__in=seen)
-            if skip:
-                round_qs = round_qs.exclude(task_name__in=sorted(skip))
-            candidates = list(round_qs[:batch])
-        else:
-            candidates = _first_candidates(unlocked, tuple(sorted(skip)), batch, now, using)
-        if not candidates:
-            break
-        read = len(candidates)
-        examined += read
-        seen.extend(job.pk for job in candidates)
-        expired = [
-            job.pk for job in candidates if job.expires_at is not None and job.expires_at <= now
-        ]
-        if expired:
-            mine = lock_due(shape, expired, now, using) if shape.lock else set(expired)
-            if mine:
-                expire_jobs([pk for pk in expired if pk in mine], now=now, using=using)
-            candidates = [job for job in candidates if job.pk not in expired]
-        decision, lost = _admit_and_lock(gate, shape, candidates, room, now=now, using=using)
-        for job, job_gate in decision.to_shed:
-            reason, metadata = shed_reason(job_gate)
-            shed(job, reason=reason, metadata=metadata, now=now, using=using)
-        jobs.extend(decision.admitted)
-        if len(jobs) >= limit or read < batch:
-            break
-        exhausted = gate.exhausted_names()
-        changed = decision.to_shed or expired or lost
-        if not (changed or decision.admitted or exhausted - skip):
-            break  # nothing changed: the next candidates would fare the same
-        if not changed:
-            idle_rounds += 1
-        skip |= exhausted
-    gate.save()
-    return jobs
-
-
-def _first_candidates(
-    shape: ClaimShape, skip: tuple[str, ...], batch: int, now: datetime, using: str
-) -> list[Job]:
-    """Return a gated claim's first ``batch`` candidates, not locked, leaving out ``skip`` names.
-
-    The claim query of ``shape`` (no lock) compiled once per (shape, names left
-    out, batch) and alias (:mod:`django_debounce.compiled`).
-    """
-
-    def build(slot: Mapping[str, Any]) -> Query:
-        qs = shape.queryset(slot["now"], using)
-        if skip:
-            qs = qs.exclude(task_name__in=list(skip))
-        return qs[:batch].query
-
-    entry = compiled.compiled(("gated_pick", shape, skip, batch), build, NOW_SLOT, using)
-    return compiled.fetch_jobs(entry, {"now": now}, using)
-
-
-def _admit_and_lock(
-    gate: admission.Admission,
-    shape: ClaimShape,
-    candidates: list[Job],
-    room: int,
-    *,
-    now: datetime,
-    using: str,
-) -> tuple[admission.Decision, set[int]]:
-    """Admit up to ``room`` of ``candidates`` and lock exactly the jobs taken (run or shed).
-
-    A taken job that another transaction holds or changed since the candidates
-    were read (another claim took it, an enqueue is sliding its window) is
-    lost: the gate's decisions are taken back (:meth:`Admission.restore`: the
-    tokens, concurrency slots and probe it was given) and made again without
-    it, so the limits count only jobs this claim really takes. Returns the
-    final decision and the ids lost.
-    """
-    gate.hold(candidates)
-    before = gate.checkpoint()
-    lost: set[int] = set()
-    while True:
-        decision = gate.admit(candidates, room)
-        taken = [job.pk for job in decision.admitted] + [job.pk for job, _ in decision.to_shed]
-        if not taken or not shape.lock:  # no row locks (SQLite): the claim has the database
-            return decision, lost
-        missing = set(taken) - lock_due(shape, taken, now, using)
-        if not missing:
-            return decision, lost
-        lost |= missing
-        gate.restore(before)
-        candidates = [job for job in candidates if job.pk not in missing]
 
 
 __all__ = ["ClaimedBatch", "claim_batch", "claim_jobs", "claimable_jobs"]

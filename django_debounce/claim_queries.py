@@ -151,14 +151,20 @@ def _lock_due_slots(count: int) -> dict[str, Any]:
     return {**{f"id{i}": Job._meta.pk for i in range(count)}, **NOW_SLOT}
 
 
-def lock_due(shape: ClaimShape, ids: list[int], now: datetime, using: str) -> set[int]:
-    """Lock those of the jobs ``ids`` that are still claimable at ``now``; return their ids.
+def lock_due(shape: ClaimShape, ids: list[int], now: datetime, using: str) -> dict[int, Job]:
+    """Lock those of the jobs ``ids`` that are still claimable at ``now``; return them as locked.
 
     The claim query restricted to ``ids`` (:func:`claimable_jobs`, so a job
     that stopped being due, READY or first of its key since it was read is
     not taken), ``FOR UPDATE SKIP LOCKED`` where the database has it (rows
     another transaction holds are not waited for), in id order; compiled once
     per number of ids (:mod:`django_debounce.compiled`).
+
+    Returns:
+        id -> the job as its locked row holds it. A gated claim reads its
+        candidates without locks; what it then runs must be these rows, not the
+        ones it read: an enqueue may have merged a call or replaced the payload
+        in between (issue #17 item 1, decision 146).
     """
     count = len(ids)
     entry = compiled.compiled(
@@ -167,7 +173,6 @@ def lock_due(shape: ClaimShape, ids: list[int], now: datetime, using: str) -> se
             shape.queryset(slot["now"], using)
             .filter(pk__in=[slot[f"id{i}"] for i in range(count)])
             .order_by("pk")
-            .values_list("pk", flat=True)
             .query
         ),
         _lock_due_slots(count),
@@ -175,10 +180,7 @@ def lock_due(shape: ClaimShape, ids: list[int], now: datetime, using: str) -> se
     )
     values: dict[str, Any] = {f"id{i}": pk for i, pk in enumerate(ids)}
     values["now"] = now
-    connection = connections[using]
-    with connection.cursor() as cursor:
-        cursor.execute(entry.sql, entry.bind(connection, values))
-        return {row[0] for row in cursor.fetchall()}
+    return {job.pk: job for job in compiled.fetch_jobs(entry, values, using)}
 
 
 def one_statement_applies(queues: Sequence[str] | None, using: str) -> bool:

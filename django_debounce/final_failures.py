@@ -17,7 +17,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from . import admission, lifecycle
+from . import breaker_runs, lifecycle
 from .db_errors import retry_transient
 from .log_fields import job_fields
 from .models import DeadLetter, Job
@@ -59,7 +59,7 @@ def fail_with_dead_letter(
         )
         if letter is None:
             return None
-        admission.record_run(job, succeeded=False, now=now, using=using)
+        breaker_runs.record_run(job, succeeded=False, now=now, using=using)
     logger.warning(
         "job %s (%s) failed for good; dead letter %s: %s",
         job.pk,

@@ -254,6 +254,9 @@ class TaskState(models.Model):
     probe_job_id = models.BigIntegerField(null=True, blank=True)
     """While half-open: the job running as the probe."""
 
+    #: The columns a claim or an outcome writes back after changing the state in memory.
+    STATE_FIELDS = ["tokens", "tokens_at", "breaker_state", "failures", "opened_at", "probe_job_id"]
+
     def __str__(self) -> str:
         return f"{self.task_name} flow state"
 

@@ -7,7 +7,8 @@ any executor can record what happened to a job it claimed
 * :func:`record_success`: the task returned;
 * :func:`record_failure`: the task raised: a retry with backoff, or a dead letter;
 * :func:`bury_unknown_task`: no task of the job's name is registered here;
-* :func:`expire_jobs`: the claim reached jobs past their expiry.
+* :func:`expire_jobs`: the claim reached jobs past their expiry;
+* :func:`expire_claimed`: a job claimed ahead reached a thread past its expiry.
 
 Every write about a run is fenced on (id, RUNNING, worker id, attempt): once
 the run's lease lapsed and another worker reclaimed the job, the write touches
@@ -31,7 +32,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from . import admission, lifecycle, registry
+from . import breaker_runs, lifecycle, registry
 from .conf import settings
 from .db_errors import is_transient, retry_transient
 from .exceptions import UnknownTaskError
@@ -220,6 +221,67 @@ def expire_jobs(ids: list[int], *, now: datetime, using: str) -> None:
     )
 
 
+def expire_claimed(
+    job: Job,
+    *,
+    started_before: datetime | None,
+    worker_id: str,
+    now: datetime,
+    using: str,
+) -> bool:
+    """End the claimed ``job`` as EXPIRED at the moment it would start: it waited past its expiry.
+
+    A job claimed ahead (the worker's prefetch) that reaches a thread after its
+    ``expires_at`` never runs, as if it had never been claimed (§6;
+    :func:`~django_debounce.start_rules.expired_at_start`, decision 146): the
+    claim's attempt is taken back and ``started_at`` restored
+    (``started_before``, as :func:`~django_debounce.leases.release_unstarted`
+    does), no dead letter is written (§8) and its dependents are cancelled in
+    the same transaction (§11). The write is fenced on the claim (RUNNING,
+    ``worker_id``, the claim's attempt).
+
+    Args:
+        job: the claimed job as the claim returned it.
+        started_before: its ``started_at`` before the claim.
+        worker_id: the id it was claimed under.
+        now: the moment it would have started (``finished_at``), an aware datetime.
+        using: database alias.
+
+    Returns:
+        True if the job ended EXPIRED; False if the claim no longer held it
+        (its lease lapsed and another worker took it).
+
+    Raises:
+        DatabaseError: the write failed; the job stays RUNNING until its lease
+            lapses, then is expired by the claim that reclaims it.
+    """
+    with transaction.atomic(using=using):
+        updated = (
+            Job.objects.using(using)
+            .filter(pk=job.pk, status=Status.RUNNING, worker_id=worker_id, attempts=job.attempts)
+            .update(
+                status=Status.EXPIRED,
+                finished_at=now,
+                window_key=None,
+                unique_lock=None,
+                lease_expires_at=None,
+                started_at=started_before,
+                attempts=job.attempts - 1,
+            )
+        )
+        if updated:
+            lifecycle.cancel_dependents([job.pk], now=now, using=using)
+    if updated:
+        job.status, job.finished_at, job.attempts = Status.EXPIRED, now, job.attempts - 1
+        logger.info(
+            "expired job %s (%s): claimed ahead, it reached a thread after its expiry",
+            job.pk,
+            job.task_name,
+            extra=job_fields(job, action="expire", outcome="expired"),
+        )
+    return bool(updated)
+
+
 # -- the steps -------------------------------------------------------------------------------
 
 
@@ -342,7 +404,7 @@ def _counted_in_breaker(
 ) -> int:
     """Run the fenced outcome ``write``; count the run in the task's circuit breaker if it hit.
 
-    The count (:func:`admission.record_run`, §6) shares the write's
+    The count (:func:`breaker_runs.record_run`, §6) shares the write's
     transaction; a late run (its job reclaimed) counts for nothing.
     """
     task = registry.lookup(job.task_name)
@@ -351,5 +413,5 @@ def _counted_in_breaker(
     with transaction.atomic(using=using):
         updated = write()
         if updated:
-            admission.record_run(job, succeeded=succeeded, now=now, using=using)
+            breaker_runs.record_run(job, succeeded=succeeded, now=now, using=using)
         return updated

@@ -240,6 +240,8 @@ class Worker(WorkerStop):
             using=self.using,
             peek=self._idle,
             attempts=CLAIM_ATTEMPTS,
+            # Free threads start these at once; the rest wait (decision 146).
+            start_now=max(0, self.concurrency - len(self._in_flight)),
         )
         with self._lock:
             self._started_before.update(claim.started_before)
@@ -276,10 +278,9 @@ class Worker(WorkerStop):
                     for rest in jobs[index:]:
                         self._in_flight.pop(rest.pk, None)
                 return
-            with self._lock:
-                self._started_before.pop(job.pk, None)
             try:
-                self._process(job)
+                if self._may_start(job):
+                    self._process(job)
             finally:
                 with self._lock:
                     self._in_flight.pop(job.pk, None)

@@ -21,10 +21,12 @@ from datetime import datetime, timedelta
 from types import FrameType
 
 from django.db import DatabaseError, InterfaceError, connections
+from django.utils import timezone
 
-from . import leases
+from . import leases, outcomes
 from .models import Job
 from .outcome_batches import SuccessBatch
+from .start_rules import expired_at_start
 
 logger = logging.getLogger("django_debounce.worker")
 
@@ -69,14 +71,32 @@ class WorkerStop:
         Called where a claimed job is handed to :meth:`_process`: a stop that
         arrived while the job was being claimed, or before a thread took it,
         leaves it unstarted, so it goes back to READY at once
-        (:meth:`_release`) instead of running into the grace period.
+        (:meth:`_release`) instead of running into the grace period. A job that
+        reaches its thread past its expiry (it waited, claimed ahead) ends
+        EXPIRED unrun (:func:`~django_debounce.outcomes.expire_claimed`,
+        decision 146).
         """
         if self._stopping.is_set():
             self._release([job])
             return False
         with self._lock:
-            self._started_before.pop(job.pk, None)
-        return True
+            before = self._started_before.pop(job.pk, None)
+        if job.expires_at is None:  # the common case costs no clock read
+            return True
+        now = timezone.now()
+        if not expired_at_start(job, now):
+            return True
+        try:
+            outcomes.expire_claimed(
+                job, started_before=before, worker_id=self.worker_id, now=now, using=self.using
+            )
+        except (DatabaseError, InterfaceError):
+            logger.exception(
+                "could not expire job %s; it stays claimed until its lease lapses",
+                job.pk,
+                extra={"action": "expire_error", "job_id": job.pk},
+            )
+        return False
 
     def _release(self, jobs: Sequence[Job]) -> None:
         """Put claimed, unstarted ``jobs`` back as before their claim (:func:`~django_debounce.leases.release_unstarted`).

@@ -171,33 +171,33 @@ def flow() -> Iterator[dict[str, Any]]:
         registry.unregister(name)
 
 
-def test_jobs_claimed_ahead_count_against_the_concurrency_cap(flow, clock):
-    for i in range(6):
-        flow["flow.capped"].delay(f"c{i}")
+def test_a_prefetching_claim_takes_a_capped_job_only_for_a_free_thread(flow, clock):
+    """Decision 146 (issue #17): a capped job claimed ahead held a slot while it waited."""
+    capped = [flow["flow.capped"].delay(f"c{i}") for i in range(6)]
     plain = [flow["flow.plain"].delay(f"p{i}") for i in range(3)]
     worker = Worker(prefetch=20, handle_signals=False, worker_id="w", lease=LEASE)
     worker._idle = False  # a claim came back full: the next one prefetches
     worker._job_seconds = 0.001  # jobs took 1 ms so far: 200 fit the horizon, 20 the prefetch
     assert worker._claim_capacity() == 21
     claimed = worker._claim(worker._claim_capacity())
-    names = [job.task_name for job in claimed]
-    assert names.count("flow.capped") == 2  # the cap, though 19 more were wanted
-    assert names.count("flow.plain") == 3
-    # A second worker's claim finds the cap full: the two claimed ahead count as running.
-    assert [j.task_name for j in claim_jobs(worker_id="x", limit=10, lease=LEASE)] == []
+    # One free thread: it takes c0; c1 would wait for a thread, so the claim stops before it.
+    assert [job.pk for job in claimed] == [capped[0].pk]
+    # A claim whose jobs all start at once takes the cap's second slot, then the plain jobs.
+    other = claim_jobs(worker_id="x", limit=10, lease=LEASE)
+    assert [job.pk for job in other] == [capped[1].pk, *[job.pk for job in plain]]
     assert Job.objects.filter(task_name="flow.capped", status=RUNNING).count() == 2
-    assert {j.pk for j in plain} <= {j.pk for j in claimed}
 
 
-def test_jobs_claimed_ahead_take_their_tokens_at_the_claim(flow, clock):
-    """rate 10/s: one prefetching claim takes the bucket's 10 tokens, not more."""
+def test_a_prefetching_claim_takes_a_token_only_for_the_job_it_starts(flow, clock):
+    """rate 10/s: the claim ahead takes one token, for the free thread's job (decision 146)."""
     for i in range(15):
         flow["flow.rate"].delay(f"r{i}")
     worker = Worker(prefetch=20, handle_signals=False, worker_id="w", lease=LEASE)
     worker._idle = False
     worker._job_seconds = 0.001
     claimed = worker._claim(worker._claim_capacity())
-    assert len(claimed) == 10
+    assert len(claimed) == 1
+    assert len(claim_jobs(worker_id="x", limit=20, lease=LEASE)) == 9  # the bucket's other 9
     assert claim_jobs(worker_id="x", limit=10, lease=LEASE) == []
     clock(seconds=0.5)  # five tokens back
     assert len(claim_jobs(worker_id="x", limit=10, lease=LEASE)) == 5

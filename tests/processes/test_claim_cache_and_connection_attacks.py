@@ -41,9 +41,10 @@ from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from django_debounce import compiled, task
-from django_debounce.claim import _first_candidates, _take_due, claim_jobs
+from django_debounce.claim import _take_due, claim_jobs
 from django_debounce.claim_queries import ClaimShape, anything_claimable, lock_due
 from django_debounce.claim_rules import claimable_jobs
+from django_debounce.gated_claim import first_candidates
 from django_debounce.models import Job, JobDependency
 from django_debounce.storable import storable_result
 from django_debounce.worker import Worker
@@ -186,7 +187,7 @@ def test_compiled_gated_candidates_and_job_locks_equal_the_orm_on_random_tables(
             for batch in (1, 9):
                 for now in (T, T - US, SENTINEL_0):
                     got = [
-                        job.pk for job in _first_candidates(unlocked, skip, batch, now, "default")
+                        job.pk for job in first_candidates(unlocked, skip, batch, now, "default")
                     ]
                     want = list(
                         claimable_jobs(now, queues)
@@ -198,7 +199,7 @@ def test_compiled_gated_candidates_and_job_locks_equal_the_orm_on_random_tables(
         for now in (T, SENTINEL_1):
             ids = rng.sample(every, 5)
             with transaction.atomic():
-                locked = lock_due(shape, ids, now, "default")
+                locked = set(lock_due(shape, ids, now, "default"))
             assert locked == set(
                 claimable_jobs(now, queues).filter(pk__in=ids).values_list("pk", flat=True)
             )
