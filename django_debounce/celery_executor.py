@@ -32,6 +32,7 @@ import threading
 import uuid
 from collections.abc import Iterable
 from datetime import timedelta
+from datetime import timezone as dt_timezone
 from types import FrameType
 from typing import Any
 
@@ -40,7 +41,7 @@ from django.utils.module_loading import import_string
 
 from . import handoff, leases, wakeup
 from .conf import settings
-from .exceptions import ConfigurationError, JobFailedError
+from .exceptions import ConfigurationError, JobFailedError, JobRetryError
 from .execution import run_job
 from .lease_keeper import InlineLeaseKeeper
 from .models import Job
@@ -295,25 +296,28 @@ class Dispatcher:
         return self.dispatched
 
 
-def run_handed_off(job_id: int, *, using: str | None = None) -> object:
-    """Run the handed-off job ``job_id`` in this (Celery worker) process; return its stored result.
+def take_and_run(job_id: int, *, using: str | None = None) -> handoff.Taken:
+    """Take the handed-off job ``job_id`` and run it in this (Celery worker) process.
 
     Takes the job (:func:`~django_debounce.handoff.take`: one conditional
     statement); a message that finds nothing to take (a duplicate or late
     message, a job cancelled, expired, already run or handed off again) is
-    logged at INFO (action ``noop``) and returns ``None``. Otherwise runs it
-    through :func:`~django_debounce.execution.run_job` under a lease of
+    logged at INFO (action ``noop``). Otherwise runs it through
+    :func:`~django_debounce.execution.run_job` under a lease of
     ``DEBOUNCE_LEASE`` that a keeper thread renews every third of it, so a
     Celery worker that dies mid-job stops renewing and the job runs again
-    after its lease (at least once, §7). Returns the job's stored result,
-    or ``None`` when this attempt failed and a retry is scheduled (the job is
-    READY again with its error).
+    after its lease (at least once, §7).
+
+    Returns:
+        :class:`~django_debounce.handoff.Taken`: ``job`` is ``None`` for a
+        no-op (``why`` says why); otherwise the job with this attempt's
+        outcome: SUCCESSFUL, FAILED (dead letter written), READY (a retry is
+        scheduled, or its task is not known here yet), or still RUNNING when
+        the run was late and its outcome discarded (§11).
 
     Raises:
-        JobFailedError: this attempt ended the job FAILED (retries exhausted,
-            or its task is unknown here: ``unknown_task:``); raised after the
-            dead letter is written, so the Celery task ends in FAILURE
-            (decision 138).
+        OperationalError, InterfaceError: the outcome could not be written
+            (the job stays RUNNING until its lease lapses).
     """
     using = using or router.db_for_write(Job) or DEFAULT_DB_ALIAS
     worker_id = f"celery:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -327,21 +331,59 @@ def run_handed_off(job_id: int, *, using: str | None = None) -> object:
             taken.why,
             extra={"action": "noop", "job_id": job_id},
         )
-        return None
+        return taken
 
     def renew() -> None:
         leases.renew_leases([job.pk], worker_id=worker_id, lease=lease, using=using)
 
     with InlineLeaseKeeper(renew, lease) as keeper, keeper.running():
         run_job(job, worker_id=worker_id, using=using, retry_for=lease)
+    return taken
+
+
+def _last_error_line(job: Job) -> str:
+    lines = (job.error or "").strip().splitlines()
+    return lines[-1] if lines else "no error recorded"
+
+
+def failed_error(job: Job) -> JobFailedError:
+    """Return the :class:`JobFailedError` of ``job``, which this attempt ended FAILED (decision 138)."""
+    return JobFailedError(
+        f"job {job.pk} ({job.task_name}) failed for good on attempt {job.attempts}: "
+        f"{_last_error_line(job)}; its dead letter is written (`manage.py retry_dead_letters` "
+        "runs it again)"
+    )
+
+
+def retry_error(job: Job) -> JobRetryError:
+    """Return the :class:`JobRetryError` of ``job``, READY again after this attempt (decision 156)."""
+    when = job.run_at.astimezone(dt_timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return JobRetryError(
+        f"job {job.pk} ({job.task_name}) is READY again and runs at {when} under this task id: "
+        f"{_last_error_line(job)}"
+    )
+
+
+def run_handed_off(job_id: int, *, using: str | None = None) -> object:
+    """Run the handed-off job ``job_id`` in this process (:func:`take_and_run`); return its stored result.
+
+    What a test runs in place of a Celery worker (docs/howto/celery.md,
+    "Testing"). Returns the job's stored result, or ``None`` when the message
+    was a no-op or this attempt left the job READY (a retry is scheduled).
+    The Celery task ``django_debounce.run_job`` maps the same outcomes onto
+    Celery's states (:mod:`django_debounce.celery_tasks`).
+
+    Raises:
+        JobFailedError: this attempt ended the job FAILED (retries exhausted,
+            or its task is unknown here: ``unknown_task:``); raised after the
+            dead letter is written (decision 138).
+    """
+    job = take_and_run(job_id, using=using).job
+    if job is None:
+        return None
     if job.status == Job.Status.FAILED:
         # Raised only now: the job's outcome (its dead letter) is already written (decision 138).
-        error_line = (job.error or "").strip().splitlines()[-1:] or ["no error recorded"]
-        raise JobFailedError(
-            f"job {job.pk} ({job.task_name}) failed for good on attempt {job.attempts}: "
-            f"{error_line[0]}; its dead letter is written (`manage.py retry_dead_letters` "
-            "runs it again)"
-        )
+        raise failed_error(job)
     return job.result if job.status == Job.Status.SUCCESSFUL else None
 
 
@@ -352,6 +394,9 @@ __all__ = [
     "celery_app",
     "celery_queue",
     "dispatch_due",
+    "failed_error",
     "publish",
+    "retry_error",
     "run_handed_off",
+    "take_and_run",
 ]
