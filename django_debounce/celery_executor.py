@@ -37,11 +37,11 @@ from types import FrameType
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, InterfaceError, connections, router
-from django.utils.module_loading import import_string
 
 from . import handoff, leases, wakeup
+from .celery_routing import RUN_TASK, celery_app, celery_queue, publish
 from .conf import settings
-from .exceptions import ConfigurationError, JobFailedError, JobRetryError
+from .exceptions import JobFailedError, JobRetryError
 from .execution import run_job
 from .lease_keeper import InlineLeaseKeeper
 from .models import Job
@@ -49,8 +49,6 @@ from .sweep import SweepSchedule
 
 logger = logging.getLogger("django_debounce.celery")
 
-#: The Celery task a hand-off publishes (registered by :mod:`django_debounce.celery_tasks`).
-RUN_TASK = "django_debounce.run_job"
 #: The Celery task that runs one dispatch round, for Celery beat.
 DISPATCH_TASK = "django_debounce.dispatch"
 
@@ -58,70 +56,6 @@ DISPATCH_TASK = "django_debounce.dispatch"
 #: When this process next runs the dead-letter auto-retry sweep (§8, §11): the scheduler runs
 #: it, since a deployment on Celery may have no built-in worker to do so.
 _sweep_schedule = SweepSchedule()
-
-
-def celery_app() -> Any:
-    """Return the Celery app to publish with: ``DEBOUNCE_CELERY_APP``, else Celery's current app.
-
-    Raises:
-        ConfigurationError: Celery is not installed, or ``DEBOUNCE_CELERY_APP``
-            does not import (check E029).
-    """
-    try:
-        from celery import current_app
-    except ImportError:  # pragma: no cover - the extra is missing
-        raise ConfigurationError(
-            "the Celery executor needs Celery: pip install 'django-debounce[celery]'."
-        ) from None
-    path = settings.celery_app
-    if not path:
-        return current_app._get_current_object()
-    try:
-        return import_string(path)
-    except ImportError as exc:
-        raise ConfigurationError(
-            f"DEBOUNCE_CELERY_APP={path!r} does not import: {exc}; give the dotted path of your "
-            "Celery app, e.g. 'proj.celery.app'."
-        ) from exc
-
-
-def celery_queue(queue: str) -> str:
-    """Return the Celery queue a job of debounce queue ``queue`` is published to (decision 89).
-
-    ``DEBOUNCE_CELERY_QUEUES[queue]`` when listed, else the same name.
-    """
-    return settings.celery_queues.get(queue, queue)
-
-
-def publish(jobs: Iterable[Job], *, app: Any = None) -> tuple[int, int]:
-    """Publish one ``django_debounce.run_job`` message per handed-off job; return (sent, failed).
-
-    Each message: argument the job id, task id ``str(job.pk)`` (so Flower and
-    ``AsyncResult`` show the job), no ETA (a job is never parked in the
-    broker, so no visibility timeout redelivers it early), queue
-    :func:`celery_queue`. Call it after the hand-off claim committed. A
-    publish that raises is logged (action ``publish_error``) and counted; that
-    job waits for its hand-off lease to lapse and is handed off again.
-    """
-    app = app if app is not None else celery_app()
-    sent = failed = 0
-    for job in jobs:
-        try:
-            app.send_task(
-                RUN_TASK, args=[job.pk], task_id=str(job.pk), queue=celery_queue(job.queue)
-            )
-        except Exception:
-            failed += 1
-            logger.exception(
-                "could not publish job %s (%s) to Celery; it is handed off again once its "
-                "hand-off lease lapses",
-                job.pk,
-                job.task_name,
-                extra={"action": "publish_error", "job_id": job.pk},
-            )
-        else:
-            sent += 1
-    return sent, failed
 
 
 def default_scheduler_id() -> str:

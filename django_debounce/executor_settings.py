@@ -45,7 +45,8 @@ def parse_celery_queues(value: Any) -> dict[str, str]:
         value: ``None`` or a dict mapping a django-debounce queue name to the
             Celery queue its jobs are published to, e.g. ``{"mail":
             "celery-mail"}``. A queue not listed publishes to the Celery queue
-            of the same name (decision 89).
+            of the same name (decision 89), except ``"default"``, which goes to
+            the Celery app's ``task_default_queue`` (decision 157).
 
     Raises:
         ConfigurationError: not a dict, or a key or value that is not a

@@ -192,10 +192,17 @@ def test_an_unknown_executor_is_refused_at_registration():
         task(name=f"t.{uuid.uuid4().hex}", executor="thread")(lambda: None)
 
 
-def test_queues_map_to_celery_queues(settings):
+def test_queues_map_to_celery_queues_and_default_to_the_apps_default_queue(settings):
     settings.DEBOUNCE_CELERY_QUEUES = {"mail": "celery-mail"}
-    assert celery_executor.celery_queue("mail") == "celery-mail"
-    assert celery_executor.celery_queue("default") == "default"
+    app = make_app(REDIS)
+    assert celery_executor.celery_queue("mail", app=app) == "celery-mail"
+    assert celery_executor.celery_queue("other", app=app) == "other"
+    # Unlisted, the package's "default" queue is the one a plain `celery worker` consumes.
+    assert celery_executor.celery_queue("default", app=app) == "celery"
+    app.conf.task_default_queue = "jobs"
+    assert celery_executor.celery_queue("default", app=app) == "jobs"
+    settings.DEBOUNCE_CELERY_QUEUES = {"default": "mine"}
+    assert celery_executor.celery_queue("default", app=app) == "mine"
 
 
 @pytest.mark.django_db(transaction=True)

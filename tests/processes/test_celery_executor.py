@@ -89,6 +89,23 @@ def test_dispatcher_hands_jobs_to_a_celery_worker_that_runs_them(rig: CeleryRig)
     assert received == {str(pk) for pk in ids}
 
 
+def test_a_plain_celery_worker_runs_jobs_of_the_default_queue(
+    broker: str, procs: Processes, settings
+) -> None:
+    """Issue #17 item 11: no -Q, no DEBOUNCE_CELERY_QUEUES; the app's default queue is used."""
+    rig = CeleryRig(broker, procs)
+    rig.as_default_queue()
+    settings.DEBOUNCE_CELERY_QUEUES = {}
+    try:
+        job = record.delay("out-of-the-box")
+        rig.worker(queues=False)
+        assert celery_executor.dispatch_due(app=rig.app) == 1
+        wait_for(lambda: _status(job.pk) == Status.SUCCESSFUL, timeout=30, what=rig.procs.tails)
+    finally:
+        procs.kill_all()
+        rig.close()
+
+
 def test_a_message_published_twice_runs_the_job_once(rig: CeleryRig) -> None:
     job = record.delay("twice")
     claimed = handoff.claim_for_handoff(
