@@ -43,6 +43,7 @@ from .celery_routing import RUN_TASK, celery_app, celery_queue, publish
 from .conf import settings
 from .exceptions import JobFailedError, JobRetryError
 from .execution import run_job
+from .handoff_watch import UntakenWatch
 from .lease_keeper import InlineLeaseKeeper
 from .models import Job
 from .sweep import SweepSchedule
@@ -56,6 +57,8 @@ DISPATCH_TASK = "django_debounce.dispatch"
 #: When this process next runs the dead-letter auto-retry sweep (§8, §11): the scheduler runs
 #: it, since a deployment on Celery may have no built-in worker to do so.
 _sweep_schedule = SweepSchedule()
+#: This process's look-out for hand-offs nobody takes (warned once per job).
+_untaken = UntakenWatch()
 
 
 def default_scheduler_id() -> str:
@@ -82,7 +85,9 @@ def dispatch_due(
     runs; safe to run from several schedulers at once (the claim skips rows
     another one holds). Also runs the dead-letter auto-retry sweep when it
     is due in this process (``DEBOUNCE_DEAD_LETTER_AUTO_RETRY``, §8), as a
-    built-in worker does on its loop.
+    built-in worker does on its loop, and, every 2 s, warns about hand-offs
+    no Celery worker took 10 s after they were handed off
+    (:class:`~django_debounce.handoff_watch.UntakenWatch`).
 
     Raises:
         ConfigurationError: Celery is missing or a setting is invalid.
@@ -111,6 +116,12 @@ def dispatch_due(
         total += len(jobs)
         if len(jobs) < room:
             break
+    # Hand-offs no Celery worker took: say so within seconds, not after the lease (decision 157).
+    _untaken.run_if_due(
+        lease=settings.celery_handoff_lease,
+        route=lambda queue: celery_queue(queue, app=app),
+        using=using,
+    )
     return total
 
 

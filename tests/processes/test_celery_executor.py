@@ -106,6 +106,17 @@ def test_a_plain_celery_worker_runs_jobs_of_the_default_queue(
         rig.close()
 
 
+def test_the_dispatcher_reports_a_queue_nobody_consumes_within_seconds(rig: CeleryRig) -> None:
+    """Issue #17 item 11: the line comes ~10 s after the hand-off, not after the 5-minute lease."""
+    job = record.delay("nobody")
+    dispatcher = rig.dispatcher("--poll-interval", "0.5")  # no Celery worker on rig.queue
+    started = time.monotonic()
+    line = f"never taken: no Celery worker consumed Celery queue '{rig.queue}' (jobs {job.pk} "
+    wait_for(lambda: line in dispatcher.stderr(), timeout=30, what=dispatcher.tail)
+    assert time.monotonic() - started < 25
+    assert _status(job.pk) == Status.RUNNING, "still handed off, under its lease"
+
+
 def test_a_message_published_twice_runs_the_job_once(rig: CeleryRig) -> None:
     job = record.delay("twice")
     claimed = handoff.claim_for_handoff(
