@@ -58,13 +58,20 @@ def test_a_retry_ends_the_task_normally_and_the_last_attempt_raises_after_the_de
         run_job(job.pk)
 
 
-def test_an_unknown_task_dead_letters_and_fails_the_celery_task(clock):
-    job = record.delay("u")
+def test_an_unknown_task_is_retried_during_its_grace_then_fails_the_celery_task(clock):
+    old = record.delay("old")
+    clock(minutes=11)  # past DEBOUNCE_UNKNOWN_TASK_GRACE (10 min) since its enqueue
+    young = record.delay("young")
     _handoff()
-    Job.objects.filter(pk=job.pk).update(task_name="cel.renamed_away")  # after its hand-off
-    with pytest.raises(JobFailedError, match=rf"job {job.pk} \(cel.renamed_away\) failed for good"):
-        run_job(job.pk)
-    assert DeadLetter.objects.get(job=job.pk).reason == "unknown_task: cel.renamed_away"
+    # Renamed after the hand-off: the Celery worker does not know the name (decision 158).
+    Job.objects.filter(pk__in=[old.pk, young.pk]).update(task_name="cel.renamed_away")
+    with pytest.raises(Retry) as retry:  # an old Celery worker during a deploy
+        run_job(young.pk)
+    assert "UnknownTaskError: no task named 'cel.renamed_away'" in str(retry.value)
+    assert Job.objects.get(pk=young.pk).attempts == 0, "put back, no attempt spent"
+    with pytest.raises(JobFailedError, match=rf"job {old.pk} \(cel.renamed_away\) failed for good"):
+        run_job(old.pk)
+    assert DeadLetter.objects.get(job=old.pk).reason == "unknown_task: cel.renamed_away"
 
 
 def test_a_success_returns_the_stored_result(clock):
