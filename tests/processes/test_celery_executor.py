@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import time
 from collections.abc import Iterator
 
@@ -115,6 +116,25 @@ def test_the_dispatcher_reports_a_queue_nobody_consumes_within_seconds(rig: Cele
     wait_for(lambda: line in dispatcher.stderr(), timeout=30, what=dispatcher.tail)
     assert time.monotonic() - started < 25
     assert _status(job.pk) == Status.RUNNING, "still handed off, under its lease"
+
+
+def test_a_bound_stacked_task_sees_the_job_id_and_worker_hostname(rig: CeleryRig) -> None:
+    """Issue #17 item 11: ``self.request`` of a ``bind=True`` task is the message's."""
+    from tests.testapp.tasks_celery import bound_request
+
+    job = bound_request.delay("r")
+    rig.worker()
+
+    def done() -> bool:
+        celery_executor.dispatch_due(app=rig.app)
+        return _status(job.pk) == Status.SUCCESSFUL
+
+    wait_for(done, timeout=60, interval=0.2, what=rig.procs.tails)
+    assert Job.objects.get(pk=job.pk).result == {
+        "id": str(job.pk),
+        "hostname": f"celery-1-{rig.queue}@{socket.gethostname()}",
+        "key": "r",
+    }
 
 
 def test_a_message_published_twice_runs_the_job_once(rig: CeleryRig) -> None:
