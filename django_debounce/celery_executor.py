@@ -31,8 +31,7 @@ import socket
 import threading
 import uuid
 from collections.abc import Iterable
-from datetime import timedelta
-from datetime import timezone as dt_timezone
+from datetime import UTC, timedelta
 from types import FrameType
 from typing import Any
 
@@ -302,7 +301,7 @@ def failed_error(job: Job) -> JobFailedError:
 
 def retry_error(job: Job) -> JobRetryError:
     """Return the :class:`JobRetryError` of ``job``, READY again after this attempt (decision 156)."""
-    when = job.run_at.astimezone(dt_timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    when = job.run_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     return JobRetryError(
         f"job {job.pk} ({job.task_name}) is READY again and runs at {when} under this task id: "
         f"{_last_error_line(job)}"

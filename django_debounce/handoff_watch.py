@@ -102,8 +102,9 @@ class UntakenWatch:
         fresh = [row for row in rows if row[0] not in self._warned]
         self._warned = {row[0] for row in rows}  # forget jobs taken or lapsed since
         groups: dict[str, list[tuple[int, str, str, datetime]]] = defaultdict(list)
-        for row in fresh:
-            groups[route(row[2])].append(row)
+        for pk, task_name, queue, lease_end in fresh:
+            if lease_end is not None:  # always set by the filter; for the type checker
+                groups[route(queue)].append((pk, task_name, queue, lease_end))
         lines = []
         for celery_queue, jobs in groups.items():
             handed_at = jobs[0][3] - lease
@@ -120,9 +121,11 @@ class UntakenWatch:
             )
             logger.warning(
                 line,
-                extra={"action": "not_taken", "celery_queue": celery_queue, "job_ids": [
-                    pk for pk, *_ in jobs
-                ]},
+                extra={
+                    "action": "not_taken",
+                    "celery_queue": celery_queue,
+                    "job_ids": [pk for pk, *_ in jobs],
+                },
             )
             lines.append(line)
         return lines

@@ -84,7 +84,9 @@ def handle_unknown_task(
     def put_back() -> int:
         return (
             Job.objects.using(using)
-            .filter(pk=job.pk, status=Job.Status.RUNNING, worker_id=worker_id, attempts=job.attempts)
+            .filter(
+                pk=job.pk, status=Job.Status.RUNNING, worker_id=worker_id, attempts=job.attempts
+            )
             .update(**fields)
         )
 

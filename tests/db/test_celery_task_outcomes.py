@@ -38,9 +38,13 @@ def test_a_retry_ends_the_task_normally_and_the_last_attempt_raises_after_the_de
         row = Job.objects.get(pk=job.pk)
         assert (row.status, row.attempts) == (Status.READY, attempt), "a retry is scheduled"
         assert isinstance(retry.value.exc, JobRetryError) and retry.value.when == row.run_at
-        assert str(retry.value) == str(retry.value.exc) == (
-            f"job {job.pk} (cel.fails) is READY again and runs at "
-            f"{row.run_at:%Y-%m-%d %H:%M:%S} UTC under this task id: RuntimeError: no luck for x"
+        assert (
+            str(retry.value)
+            == str(retry.value.exc)
+            == (
+                f"job {job.pk} (cel.fails) is READY again and runs at "
+                f"{row.run_at:%Y-%m-%d %H:%M:%S} UTC under this task id: RuntimeError: no luck for x"
+            )
         )
         clock(at=row.run_at)
     _handoff()

@@ -224,7 +224,9 @@ def test_a_stopped_celery_worker_leaves_jobs_waiting_not_lost(rig: CeleryRig, se
     assert set(Job.objects.values_list("attempts", flat=True)) == {1}
 
 
-def test_async_result_shows_each_jobs_final_attempt_after_retries(procs: Processes, settings) -> None:
+def test_async_result_shows_each_jobs_final_attempt_after_retries(
+    procs: Processes, settings
+) -> None:
     """Decisions 138, 156: a retried attempt ends in RETRY, so the final attempt's state stays."""
     from celery.result import AsyncResult
 
