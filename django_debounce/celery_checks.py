@@ -1,4 +1,4 @@
-"""System checks of the executor settings and the Celery executor (E025–E029, W013–W014; issue #10).
+"""System checks of the executor settings and the Celery executor (E025–E029, E044, W013–W014; issue #10).
 
 Registered with the package's other checks (:data:`django_debounce.checks.ALL_CHECKS`);
 every id is listed in docs/reference/checks.md.
@@ -18,7 +18,7 @@ from . import registry
 from .conf import DEFAULTS
 from .durations import parse_duration
 from .exceptions import ConfigurationError
-from .executor_settings import parse_celery_queues, parse_executor
+from .executor_settings import parse_celery_queues, parse_executor, parse_unknown_task_grace
 
 #: A hand-off lease shorter than this likely lapses while the message is still on its way (W013).
 SHORT_HANDOFF = timedelta(seconds=5)
@@ -36,8 +36,19 @@ def _celery_in_use() -> bool:
 
 
 def check_executor_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """E025–E027 and W013: the executor settings must parse."""
+    """E025–E027, E044 and W013: the executor settings must parse."""
     errors: list[CheckMessage] = []
+    try:
+        parse_unknown_task_grace(_setting("UNKNOWN_TASK_GRACE"))
+    except ConfigurationError as exc:
+        errors.append(
+            Error(
+                str(exc),
+                hint="A duration such as '10m' (how long a job of a task this process does not "
+                "know is put back before it is dead-lettered), or 0 to dead-letter it at once.",
+                id="django_debounce.E044",
+            )
+        )
     try:
         parse_executor(_setting("EXECUTOR"))
     except ConfigurationError as exc:

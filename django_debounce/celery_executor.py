@@ -31,25 +31,24 @@ import socket
 import threading
 import uuid
 from collections.abc import Iterable
-from datetime import timedelta
+from datetime import UTC, timedelta
 from types import FrameType
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, InterfaceError, connections, router
-from django.utils.module_loading import import_string
 
 from . import handoff, leases, wakeup
+from .celery_routing import RUN_TASK, celery_app, celery_queue, publish
 from .conf import settings
-from .exceptions import ConfigurationError, JobFailedError
+from .exceptions import JobFailedError, JobRetryError
 from .execution import run_job
+from .handoff_watch import UntakenWatch
 from .lease_keeper import InlineLeaseKeeper
 from .models import Job
 from .sweep import SweepSchedule
 
 logger = logging.getLogger("django_debounce.celery")
 
-#: The Celery task a hand-off publishes (registered by :mod:`django_debounce.celery_tasks`).
-RUN_TASK = "django_debounce.run_job"
 #: The Celery task that runs one dispatch round, for Celery beat.
 DISPATCH_TASK = "django_debounce.dispatch"
 
@@ -57,70 +56,8 @@ DISPATCH_TASK = "django_debounce.dispatch"
 #: When this process next runs the dead-letter auto-retry sweep (§8, §11): the scheduler runs
 #: it, since a deployment on Celery may have no built-in worker to do so.
 _sweep_schedule = SweepSchedule()
-
-
-def celery_app() -> Any:
-    """Return the Celery app to publish with: ``DEBOUNCE_CELERY_APP``, else Celery's current app.
-
-    Raises:
-        ConfigurationError: Celery is not installed, or ``DEBOUNCE_CELERY_APP``
-            does not import (check E029).
-    """
-    try:
-        from celery import current_app
-    except ImportError:  # pragma: no cover - the extra is missing
-        raise ConfigurationError(
-            "the Celery executor needs Celery: pip install 'django-debounce[celery]'."
-        ) from None
-    path = settings.celery_app
-    if not path:
-        return current_app._get_current_object()
-    try:
-        return import_string(path)
-    except ImportError as exc:
-        raise ConfigurationError(
-            f"DEBOUNCE_CELERY_APP={path!r} does not import: {exc}; give the dotted path of your "
-            "Celery app, e.g. 'proj.celery.app'."
-        ) from exc
-
-
-def celery_queue(queue: str) -> str:
-    """Return the Celery queue a job of debounce queue ``queue`` is published to (decision 89).
-
-    ``DEBOUNCE_CELERY_QUEUES[queue]`` when listed, else the same name.
-    """
-    return settings.celery_queues.get(queue, queue)
-
-
-def publish(jobs: Iterable[Job], *, app: Any = None) -> tuple[int, int]:
-    """Publish one ``django_debounce.run_job`` message per handed-off job; return (sent, failed).
-
-    Each message: argument the job id, task id ``str(job.pk)`` (so Flower and
-    ``AsyncResult`` show the job), no ETA (a job is never parked in the
-    broker, so no visibility timeout redelivers it early), queue
-    :func:`celery_queue`. Call it after the hand-off claim committed. A
-    publish that raises is logged (action ``publish_error``) and counted; that
-    job waits for its hand-off lease to lapse and is handed off again.
-    """
-    app = app if app is not None else celery_app()
-    sent = failed = 0
-    for job in jobs:
-        try:
-            app.send_task(
-                RUN_TASK, args=[job.pk], task_id=str(job.pk), queue=celery_queue(job.queue)
-            )
-        except Exception:
-            failed += 1
-            logger.exception(
-                "could not publish job %s (%s) to Celery; it is handed off again once its "
-                "hand-off lease lapses",
-                job.pk,
-                job.task_name,
-                extra={"action": "publish_error", "job_id": job.pk},
-            )
-        else:
-            sent += 1
-    return sent, failed
+#: This process's look-out for hand-offs nobody takes (warned once per job).
+_untaken = UntakenWatch()
 
 
 def default_scheduler_id() -> str:
@@ -147,7 +84,9 @@ def dispatch_due(
     runs; safe to run from several schedulers at once (the claim skips rows
     another one holds). Also runs the dead-letter auto-retry sweep when it
     is due in this process (``DEBOUNCE_DEAD_LETTER_AUTO_RETRY``, §8), as a
-    built-in worker does on its loop.
+    built-in worker does on its loop, and, every 2 s, warns about hand-offs
+    no Celery worker took 10 s after they were handed off
+    (:class:`~django_debounce.handoff_watch.UntakenWatch`).
 
     Raises:
         ConfigurationError: Celery is missing or a setting is invalid.
@@ -176,6 +115,12 @@ def dispatch_due(
         total += len(jobs)
         if len(jobs) < room:
             break
+    # Hand-offs no Celery worker took: say so within seconds, not after the lease (decision 157).
+    _untaken.run_if_due(
+        lease=settings.celery_handoff_lease,
+        route=lambda queue: celery_queue(queue, app=app),
+        using=using,
+    )
     return total
 
 
@@ -295,25 +240,28 @@ class Dispatcher:
         return self.dispatched
 
 
-def run_handed_off(job_id: int, *, using: str | None = None) -> object:
-    """Run the handed-off job ``job_id`` in this (Celery worker) process; return its stored result.
+def take_and_run(job_id: int, *, using: str | None = None) -> handoff.Taken:
+    """Take the handed-off job ``job_id`` and run it in this (Celery worker) process.
 
     Takes the job (:func:`~django_debounce.handoff.take`: one conditional
     statement); a message that finds nothing to take (a duplicate or late
     message, a job cancelled, expired, already run or handed off again) is
-    logged at INFO (action ``noop``) and returns ``None``. Otherwise runs it
-    through :func:`~django_debounce.execution.run_job` under a lease of
+    logged at INFO (action ``noop``). Otherwise runs it through
+    :func:`~django_debounce.execution.run_job` under a lease of
     ``DEBOUNCE_LEASE`` that a keeper thread renews every third of it, so a
     Celery worker that dies mid-job stops renewing and the job runs again
-    after its lease (at least once, §7). Returns the job's stored result,
-    or ``None`` when this attempt failed and a retry is scheduled (the job is
-    READY again with its error).
+    after its lease (at least once, §7).
+
+    Returns:
+        :class:`~django_debounce.handoff.Taken`: ``job`` is ``None`` for a
+        no-op (``why`` says why); otherwise the job with this attempt's
+        outcome: SUCCESSFUL, FAILED (dead letter written), READY (a retry is
+        scheduled, or its task is not known here yet), or still RUNNING when
+        the run was late and its outcome discarded (§11).
 
     Raises:
-        JobFailedError: this attempt ended the job FAILED (retries exhausted,
-            or its task is unknown here: ``unknown_task:``); raised after the
-            dead letter is written, so the Celery task ends in FAILURE
-            (decision 138).
+        OperationalError, InterfaceError: the outcome could not be written
+            (the job stays RUNNING until its lease lapses).
     """
     using = using or router.db_for_write(Job) or DEFAULT_DB_ALIAS
     worker_id = f"celery:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -327,21 +275,59 @@ def run_handed_off(job_id: int, *, using: str | None = None) -> object:
             taken.why,
             extra={"action": "noop", "job_id": job_id},
         )
-        return None
+        return taken
 
     def renew() -> None:
         leases.renew_leases([job.pk], worker_id=worker_id, lease=lease, using=using)
 
     with InlineLeaseKeeper(renew, lease) as keeper, keeper.running():
         run_job(job, worker_id=worker_id, using=using, retry_for=lease)
+    return taken
+
+
+def _last_error_line(job: Job) -> str:
+    lines = (job.error or "").strip().splitlines()
+    return lines[-1] if lines else "no error recorded"
+
+
+def failed_error(job: Job) -> JobFailedError:
+    """Return the :class:`JobFailedError` of ``job``, which this attempt ended FAILED (decision 138)."""
+    return JobFailedError(
+        f"job {job.pk} ({job.task_name}) failed for good on attempt {job.attempts}: "
+        f"{_last_error_line(job)}; its dead letter is written (`manage.py retry_dead_letters` "
+        "runs it again)"
+    )
+
+
+def retry_error(job: Job) -> JobRetryError:
+    """Return the :class:`JobRetryError` of ``job``, READY again after this attempt (decision 156)."""
+    when = job.run_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return JobRetryError(
+        f"job {job.pk} ({job.task_name}) is READY again and runs at {when} under this task id: "
+        f"{_last_error_line(job)}"
+    )
+
+
+def run_handed_off(job_id: int, *, using: str | None = None) -> object:
+    """Run the handed-off job ``job_id`` in this process (:func:`take_and_run`); return its stored result.
+
+    What a test runs in place of a Celery worker (docs/howto/celery.md,
+    "Testing"). Returns the job's stored result, or ``None`` when the message
+    was a no-op or this attempt left the job READY (a retry is scheduled).
+    The Celery task ``django_debounce.run_job`` maps the same outcomes onto
+    Celery's states (:mod:`django_debounce.celery_tasks`).
+
+    Raises:
+        JobFailedError: this attempt ended the job FAILED (retries exhausted,
+            or its task is unknown here: ``unknown_task:``); raised after the
+            dead letter is written (decision 138).
+    """
+    job = take_and_run(job_id, using=using).job
+    if job is None:
+        return None
     if job.status == Job.Status.FAILED:
         # Raised only now: the job's outcome (its dead letter) is already written (decision 138).
-        error_line = (job.error or "").strip().splitlines()[-1:] or ["no error recorded"]
-        raise JobFailedError(
-            f"job {job.pk} ({job.task_name}) failed for good on attempt {job.attempts}: "
-            f"{error_line[0]}; its dead letter is written (`manage.py retry_dead_letters` "
-            "runs it again)"
-        )
+        raise failed_error(job)
     return job.result if job.status == Job.Status.SUCCESSFUL else None
 
 
@@ -352,6 +338,9 @@ __all__ = [
     "celery_app",
     "celery_queue",
     "dispatch_due",
+    "failed_error",
     "publish",
+    "retry_error",
     "run_handed_off",
+    "take_and_run",
 ]

@@ -52,7 +52,16 @@ def adopt(
         return func, name, options
 
     def call_celery_task(*args: Any, **kwargs: Any) -> Any:
-        return celery_task(*args, **kwargs)
+        request = _run_request()
+        if request is None:  # called inline, or run outside a Celery worker (a test)
+            return celery_task(*args, **kwargs)
+        # Celery's Task.__call__ pushes a request merged over the task's current one: give
+        # it the message's id (the job id) and worker hostname first (issue #17 item 11).
+        celery_task.push_request(**request)
+        try:
+            return celery_task(*args, **kwargs)
+        finally:
+            celery_task.pop_request()
 
     functools.update_wrapper(call_celery_task, celery_task.run)
     # The Celery task stays reachable (Task.celery_task): publishing it bypasses the window.
@@ -62,6 +71,30 @@ def adopt(
         name or celery_task.name,
         {"executor": "celery", **options},
     )
+
+
+#: The Celery task that runs a handed-off job (``celery_routing.RUN_TASK``; not imported: no models here).
+_RUN_TASK = "django_debounce.run_job"
+#: What a stacked task's request takes from the ``run_job`` message running it.
+_REQUEST_FIELDS = ("id", "hostname", "delivery_info", "correlation_id", "root_id", "parent_id")
+
+
+def _run_request() -> dict[str, Any] | None:
+    """Return the request fields of the ``run_job`` message this thread runs, or ``None``.
+
+    A stacked task's body runs inside the Celery task ``django_debounce.run_job``
+    (whose task id is the job id), not as its own message, so Celery would give a
+    ``bind=True`` task an empty request (``self.request.id`` and ``.hostname``
+    ``None``). These fields make its request the message's: ``id`` the job id,
+    ``hostname`` the Celery worker's node name. ``called_directly`` stays true,
+    so ``self.retry()`` raises (the job's retry, never a Celery one).
+    """
+    from celery._state import get_current_task
+
+    outer = get_current_task()
+    if outer is None or outer.name != _RUN_TASK or outer.request.called_directly:
+        return None
+    return {name: getattr(outer.request, name, None) for name in _REQUEST_FIELDS}
 
 
 #: Celery task attributes a stacked task does not offer: its canvas and Celery-side calls.

@@ -12,35 +12,57 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
+from celery.exceptions import Ignore, Retry
 
 from . import celery_executor
 from .exceptions import JobFailedError
+from .models import Job
 
 logger = logging.getLogger("django_debounce.celery")
 
 
 @shared_task(name=celery_executor.RUN_TASK, throws=(JobFailedError,))
 def run_job(*args: object, **kwargs: object) -> object:
-    """Run the handed-off job whose id is the one argument (:func:`~django_debounce.celery_executor.run_handed_off`).
+    """Run the handed-off job whose id is the one argument (:func:`~django_debounce.celery_executor.take_and_run`).
 
-    The message's task id is the job id. A duplicate, late or stale message is a
-    logged no-op, and so is a hand-crafted message whose arguments are not one
-    job id (one ERROR line, action ``bad_message``). What Celery records
-    (decision 138, docs/howto/celery.md "What Flower and AsyncResult show"):
+    The message's task id is the job id, so every hand-off of one job shares
+    one Celery result. What Celery records (decisions 138 and 156,
+    docs/howto/celery.md "What Flower and AsyncResult show"):
 
     * SUCCESS with the job's stored result: the job succeeded;
-    * SUCCESS with ``None``: the attempt failed and a retry is scheduled (the
-      job is READY again), or the message was a no-op;
+    * RETRY with :class:`~django_debounce.exceptions.JobRetryError`: the job
+      is READY again (this attempt failed and a retry is scheduled, or its
+      task is not known here yet). Raised as Celery's ``Retry`` without
+      publishing anything: the scheduler hands the job off again. Result
+      backends let a later state replace RETRY, never a SUCCESS;
     * FAILURE with :class:`~django_debounce.exceptions.JobFailedError`: this
       attempt ended the job FAILED (dead letter written). It is in
-      ``throws``, so the worker logs it without a traceback; the outcome is
-      written before it is raised, and a redelivered message is a no-op, so
-      no ``acks_late``/``acks_on_failure_or_timeout`` setting changes the job.
+      ``throws``, so the worker logs it without a traceback;
+    * nothing (Celery's ``Ignore``): the message had nothing to take (a
+      duplicate, late or stale message, or a hand-crafted one whose
+      arguments are not one job id; an INFO ``noop`` or ERROR
+      ``bad_message`` line), or its run was late and discarded. The result
+      stays what the job's own attempts wrote, so a duplicate never hides
+      them.
+
+    The outcome is written before anything is raised, and a redelivered
+    message is a no-op, so no ``acks_late``/``acks_on_failure_or_timeout``
+    setting changes the job.
     """
     job_id = _job_id(args, kwargs)
     if job_id is None:
-        return None
-    return celery_executor.run_handed_off(job_id)
+        raise Ignore()
+    job = celery_executor.take_and_run(job_id).job
+    if job is None:
+        raise Ignore()
+    if job.status == Job.Status.SUCCESSFUL:
+        return job.result
+    if job.status == Job.Status.FAILED:
+        raise celery_executor.failed_error(job)
+    if job.status == Job.Status.READY:
+        error = celery_executor.retry_error(job)
+        raise Retry(str(error), exc=error, when=job.run_at)
+    raise Ignore()  # a late run: its outcome was discarded, the job is another run's
 
 
 def _job_id(args: tuple[object, ...], kwargs: dict[str, object]) -> int | None:

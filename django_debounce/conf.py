@@ -20,7 +20,7 @@ from django.core.signals import setting_changed
 from .auto_retry_settings import AUTO_RETRY_DEFAULTS, AutoRetry, parse_auto_retry
 from .durations import DurationLike, parse_duration
 from .exceptions import ConfigurationError
-from .executor_settings import parse_celery_queues, parse_executor
+from .executor_settings import parse_celery_queues, parse_executor, parse_unknown_task_grace
 from .metrics_settings import parse_buckets, parse_metrics_enabled
 from .queue_settings import CODEL_KEYS, QUEUE_KEYS, CodelSettings, parse_queues
 from .redis_settings import parse_redis_alias
@@ -92,6 +92,9 @@ DEFAULTS: dict[str, Any] = {
     "CELERY_HANDOFF_LEASE": "5m",
     # Dotted path of the Celery app to publish with; None: Celery's current app.
     "CELERY_APP": None,
+    # How long a job naming a task this process does not know is put back, not dead-lettered
+    # (a rolling deploy; unknown_tasks.py, decision 158). 0: dead-letter at once.
+    "UNKNOWN_TASK_GRACE": "10m",
 }
 
 
@@ -320,6 +323,15 @@ class Settings:
     def celery_handoff_lease(self) -> timedelta:
         """``DEBOUNCE_CELERY_HANDOFF_LEASE``: how long a job handed to Celery waits to be taken (5 min)."""
         return self._duration("CELERY_HANDOFF_LEASE")
+
+    @property
+    def unknown_task_grace(self) -> timedelta:
+        """``DEBOUNCE_UNKNOWN_TASK_GRACE``: how long after its last enqueue an unknown task's job is put back (10 min).
+
+        Raises:
+            ConfigurationError: not a duration (check E044).
+        """
+        return self._kept("UNKNOWN_TASK_GRACE", parse_unknown_task_grace)
 
     @property
     def celery_app(self) -> str | None:

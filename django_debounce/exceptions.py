@@ -47,6 +47,19 @@ class JobFailedError(DebounceError):
     """
 
 
+class JobRetryError(DebounceError):
+    """A job handed to Celery goes back to READY after this attempt: it runs again later.
+
+    The result the Celery task ``django_debounce.run_job`` stores (in Celery's
+    ``RETRY`` state, raised inside :class:`celery.exceptions.Retry`) when the
+    attempt it ran failed with a retry scheduled, or when its task is not yet
+    known to the Celery worker (decision 156). A later attempt's ``SUCCESS``
+    or ``FAILURE`` replaces it; Celery's result backends never replace a
+    ``SUCCESS``, which is why a retried attempt must not end in one. Never
+    raised by the built-in worker.
+    """
+
+
 class CeleryFeatureError(DebounceError, AttributeError):
     """A Celery feature (canvas signature, ``.map()``, ...) was asked of a task stacked on ``@shared_task``.
 

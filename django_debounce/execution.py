@@ -21,6 +21,7 @@ from .models import Job
 from .outcome_batches import SuccessBatch
 from .signals import job_started, send_signal
 from .storable import storable_result
+from .unknown_tasks import handle_unknown_task
 
 #: The worker's documented logger (docs/reference/commands.md): run lines keep its name.
 logger = logging.getLogger("django_debounce.worker")
@@ -36,8 +37,9 @@ def run_job(
 ) -> None:
     """Run the claimed ``job``'s task and record the outcome; never raises for the task's error.
 
-    A job whose task is not registered here is buried as ``unknown_task:``
-    (:func:`~django_debounce.outcomes.bury_unknown_task`). Otherwise
+    A job whose task is not registered here is put back while
+    ``DEBOUNCE_UNKNOWN_TASK_GRACE`` lasts, else buried as ``unknown_task:``
+    (:func:`~django_debounce.unknown_tasks.handle_unknown_task`). Otherwise
     ``job_started`` is sent, the arguments decoded (a ``takes_context`` task
     gets a :class:`~django_debounce.context.JobContext` first), the task called
     (an async one through ``async_to_sync``) and its return value recorded
@@ -69,7 +71,7 @@ def run_job(
     """
     task = registry.lookup(job.task_name)
     if task is None:
-        outcomes.bury_unknown_task(job, worker_id=worker_id, using=using, retry_for=retry_for)
+        handle_unknown_task(job, worker_id=worker_id, using=using, retry_for=retry_for)
         return
     logger.info(
         "running job %s (%s), attempt %d",

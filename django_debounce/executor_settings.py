@@ -8,8 +8,10 @@ E025–E027). Documented in docs/reference/settings.md.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any, Final
 
+from .durations import parse_duration
 from .exceptions import ConfigurationError
 
 #: The executors a job can run on: the built-in ``run_debounce_worker`` or Celery.
@@ -45,7 +47,8 @@ def parse_celery_queues(value: Any) -> dict[str, str]:
         value: ``None`` or a dict mapping a django-debounce queue name to the
             Celery queue its jobs are published to, e.g. ``{"mail":
             "celery-mail"}``. A queue not listed publishes to the Celery queue
-            of the same name (decision 89).
+            of the same name (decision 89), except ``"default"``, which goes to
+            the Celery app's ``task_default_queue`` (decision 157).
 
     Raises:
         ConfigurationError: not a dict, or a key or value that is not a
@@ -75,4 +78,21 @@ def parse_celery_queues(value: Any) -> dict[str, str]:
     return result
 
 
-__all__ = ["EXECUTORS", "parse_celery_queues", "parse_executor"]
+def parse_unknown_task_grace(value: Any) -> timedelta:
+    """Validate ``DEBOUNCE_UNKNOWN_TASK_GRACE`` and return it (decision 158).
+
+    Args:
+        value: a duration (``"10m"``, seconds, a ``timedelta``): how long after
+            its last enqueue a job naming a task this process does not know is
+            put back for another executor or a newer worker instead of being
+            dead-lettered; ``0`` dead-letters it at once.
+
+    Raises:
+        ConfigurationError: not a duration, or negative.
+    """
+    if value in (0, "0") or value == timedelta(0):
+        return timedelta(0)
+    return parse_duration(value, name="DEBOUNCE_UNKNOWN_TASK_GRACE")
+
+
+__all__ = ["EXECUTORS", "parse_celery_queues", "parse_executor", "parse_unknown_task_grace"]

@@ -19,7 +19,6 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from .conf import settings
 from .lifecycle import bury_lapsed
 from .log_fields import job_fields
 from .models import DeadLetter, Job
@@ -141,11 +140,13 @@ def reclaim_expired_leases(
 def _log_handoff_not_taken(job: Job) -> None:
     """Log a hand-off no Celery worker took within its lease (not a dead worker: nothing ran).
 
-    Names the Celery queue the message went to (``DEBOUNCE_CELERY_QUEUES``, else
-    the job's queue; the mapping of ``celery_executor.celery_queue``, read here
-    from the settings since this layer does not import the executor).
+    Names the Celery queue the message went to (:func:`.celery_routing.celery_queue`:
+    ``DEBOUNCE_CELERY_QUEUES``, else the app's default queue for ``"default"``,
+    else the job's queue; imported here, as this layer does not import the executor).
     """
-    celery_queue = settings.celery_queues.get(job.queue, job.queue)
+    from .celery_routing import celery_queue as route
+
+    celery_queue = route(job.queue)
     logger.warning(
         "job %s (%s) was handed off by %s and never taken: no Celery worker consumed Celery "
         "queue %r within the hand-off lease (no worker on that queue, workers stopped or "

@@ -183,9 +183,11 @@ def bury_unknown_task(
     """
     exc = UnknownTaskError(
         f"no task named {job.task_name!r} is registered in this worker; the worker never "
-        "imports a path taken from the database. If the task exists, restart the workers "
-        "so they import it, then run `manage.py retry_dead_letters --reason-prefix "
-        "unknown_task:`"
+        "imports a path taken from the database. Either the module that declares it is not "
+        "imported by this worker (its app must be in INSTALLED_APPS and the task in the app's "
+        "tasks.py, which is autodiscovered, or in a module that tasks.py imports), or the "
+        "worker started before the code that declares it was deployed (restart it). Then run "
+        "`manage.py retry_dead_letters --reason-prefix unknown_task:`"
     )
     logger.error(
         "%s (job %s)", exc, job.pk, extra=job_fields(job, action="unknown_task", outcome="raised")

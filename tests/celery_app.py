@@ -49,6 +49,8 @@ def with_results(celery: Celery, prefix: str) -> Celery:
 
 
 app = make_app(os.environ.get("DEBOUNCE_TEST_BROKER", REDIS))
+if os.environ.get("DEBOUNCE_TEST_DEFAULT_QUEUE"):  # a plain worker, no -Q, no queue mapping
+    app.conf.task_default_queue = os.environ["DEBOUNCE_TEST_DEFAULT_QUEUE"]
 if os.environ.get("DEBOUNCE_TEST_RESULT_PREFIX"):  # a test reading AsyncResult states
     with_results(app, os.environ["DEBOUNCE_TEST_RESULT_PREFIX"])
 app.set_current()

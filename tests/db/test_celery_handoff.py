@@ -192,10 +192,17 @@ def test_an_unknown_executor_is_refused_at_registration():
         task(name=f"t.{uuid.uuid4().hex}", executor="thread")(lambda: None)
 
 
-def test_queues_map_to_celery_queues(settings):
+def test_queues_map_to_celery_queues_and_default_to_the_apps_default_queue(settings):
     settings.DEBOUNCE_CELERY_QUEUES = {"mail": "celery-mail"}
-    assert celery_executor.celery_queue("mail") == "celery-mail"
-    assert celery_executor.celery_queue("default") == "default"
+    app = make_app(REDIS)
+    assert celery_executor.celery_queue("mail", app=app) == "celery-mail"
+    assert celery_executor.celery_queue("other", app=app) == "other"
+    # Unlisted, the package's "default" queue is the one a plain `celery worker` consumes.
+    assert celery_executor.celery_queue("default", app=app) == "celery"
+    app.conf.task_default_queue = "jobs"
+    assert celery_executor.celery_queue("default", app=app) == "jobs"
+    settings.DEBOUNCE_CELERY_QUEUES = {"default": "mine"}
+    assert celery_executor.celery_queue("default", app=app) == "mine"
 
 
 @pytest.mark.django_db(transaction=True)
@@ -284,6 +291,40 @@ def test_a_handoff_nobody_took_is_logged_as_never_taken_naming_the_celery_queue(
         "workers stopped or saturated, or the message lost); handed off again, its attempt "
         "not counted"
     )
+
+
+def test_a_handoff_nobody_takes_is_reported_within_seconds_while_the_lease_holds(
+    clock, caplog, settings
+):
+    """Decision 157: 10 s after the hand-off, not after the 5-minute lease; once per job."""
+    from django_debounce.handoff_watch import UntakenWatch
+
+    settings.DEBOUNCE_CELERY_QUEUES = {"mail": "mail-io"}
+    watch = UntakenWatch()
+    lease = dt.timedelta(minutes=5)
+    mail = get_task("cel.record").apply_async(args=("m",), queue="mail")
+    busy = [get_task("cel.record").apply_async(args=(f"b{i}",), queue="other") for i in range(2)]
+    handoff.claim_for_handoff(scheduler_id="sched", limit=10, lease=lease)
+    # A worker consumes 'other' (it took one of its jobs): the other one waits, not unconsumed.
+    assert handoff.take(busy[0].pk, worker_id="celery:w", lease=LEASE).job is not None
+
+    def check() -> list[str]:
+        return watch.check(lease=lease, route=celery_executor.celery_queue)
+
+    clock(seconds=9)
+    assert check() == []
+    clock(seconds=11)
+    with caplog.at_level("WARNING", logger="django_debounce.celery"):
+        assert check() == [
+            f"1 job(s) handed off 10 s ago or more were never taken: no Celery worker consumed "
+            f"Celery queue 'mail-io' (jobs {mail.pk} (cel.record)). Start a worker on it (celery "
+            "-A <your app> worker -Q mail-io) or map the queue with DEBOUNCE_CELERY_QUEUES; the "
+            "jobs stay handed off until their hand-off lease lapses, then are handed off again"
+        ]
+    assert [r.action for r in caplog.records] == ["not_taken"]
+    assert Job.objects.get(pk=mail.pk).worker_id == "handoff:sched", "the lease still holds it"
+    clock(seconds=40)
+    assert check() == [], "each job is named once"
 
 
 def test_the_dispatcher_counts_hand_offs_in_its_last_line(settings, caplog):

@@ -11,10 +11,11 @@ import datetime as dt
 import logging
 
 import pytest
+from celery.exceptions import Ignore, Retry
 
 from django_debounce import handoff
 from django_debounce.celery_tasks import run_job
-from django_debounce.exceptions import DebounceError, JobFailedError
+from django_debounce.exceptions import DebounceError, JobFailedError, JobRetryError
 from django_debounce.models import DeadLetter, Job
 from tests.testapp.tasks_celery import fails, record
 
@@ -31,9 +32,20 @@ def test_a_retry_ends_the_task_normally_and_the_last_attempt_raises_after_the_de
     job = fails.delay("x")
     for attempt in (1, 2):
         _handoff()
-        assert run_job(job.pk) is None
+        # RETRY, never SUCCESS: a result backend keeps a SUCCESS for good (decision 156).
+        with pytest.raises(Retry) as retry:
+            run_job(job.pk)
         row = Job.objects.get(pk=job.pk)
         assert (row.status, row.attempts) == (Status.READY, attempt), "a retry is scheduled"
+        assert isinstance(retry.value.exc, JobRetryError) and retry.value.when == row.run_at
+        assert (
+            str(retry.value)
+            == str(retry.value.exc)
+            == (
+                f"job {job.pk} (cel.fails) is READY again and runs at "
+                f"{row.run_at:%Y-%m-%d %H:%M:%S} UTC under this task id: RuntimeError: no luck for x"
+            )
+        )
         clock(at=row.run_at)
     _handoff()
     with pytest.raises(JobFailedError) as raised:
@@ -46,16 +58,24 @@ def test_a_retry_ends_the_task_normally_and_the_last_attempt_raises_after_the_de
     # The outcome was written before the raise: FAILED with its dead letter.
     assert Job.objects.get(pk=job.pk).status == Status.FAILED
     assert DeadLetter.objects.get(job=job.pk).error == "RuntimeError: no luck for x"
-    assert run_job(job.pk) is None, "a redelivered message is a no-op, never a second failure"
-
-
-def test_an_unknown_task_dead_letters_and_fails_the_celery_task(clock):
-    job = record.delay("u")
-    _handoff()
-    Job.objects.filter(pk=job.pk).update(task_name="cel.renamed_away")  # after its hand-off
-    with pytest.raises(JobFailedError, match=rf"job {job.pk} \(cel.renamed_away\) failed for good"):
+    with pytest.raises(Ignore):  # a redelivered message is a no-op: it writes no Celery state
         run_job(job.pk)
-    assert DeadLetter.objects.get(job=job.pk).reason == "unknown_task: cel.renamed_away"
+
+
+def test_an_unknown_task_is_retried_during_its_grace_then_fails_the_celery_task(clock):
+    old = record.delay("old")
+    clock(minutes=11)  # past DEBOUNCE_UNKNOWN_TASK_GRACE (10 min) since its enqueue
+    young = record.delay("young")
+    _handoff()
+    # Renamed after the hand-off: the Celery worker does not know the name (decision 158).
+    Job.objects.filter(pk__in=[old.pk, young.pk]).update(task_name="cel.renamed_away")
+    with pytest.raises(Retry) as retry:  # an old Celery worker during a deploy
+        run_job(young.pk)
+    assert "UnknownTaskError: no task named 'cel.renamed_away'" in str(retry.value)
+    assert Job.objects.get(pk=young.pk).attempts == 0, "put back, no attempt spent"
+    with pytest.raises(JobFailedError, match=rf"job {old.pk} \(cel.renamed_away\) failed for good"):
+        run_job(old.pk)
+    assert DeadLetter.objects.get(job=old.pk).reason == "unknown_task: cel.renamed_away"
 
 
 def test_a_success_returns_the_stored_result(clock):
@@ -72,8 +92,8 @@ def test_a_success_returns_the_stored_result(clock):
 def test_a_hand_crafted_message_with_bad_arguments_is_one_error_line(clock, caplog, args, kwargs):
     job = record.delay("b")
     _handoff()
-    with caplog.at_level(logging.INFO, logger="django_debounce"):
-        assert run_job(*args, **kwargs) is None
+    with caplog.at_level(logging.INFO, logger="django_debounce"), pytest.raises(Ignore):
+        run_job(*args, **kwargs)
     (line,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert line.levelno == logging.ERROR and line.exc_info is None
     assert line.getMessage().startswith("ignored a django_debounce.run_job message with args=")

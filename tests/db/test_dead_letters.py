@@ -204,8 +204,10 @@ def test_b43_retry_joins_an_open_window(clock, burst, received, variant):
 def test_unknown_task_is_dead_lettered_and_never_imported(clock, burst, tmp_path, signal_log):
     marker = tmp_path / "pwned"
     assert "this" not in sys.modules
-    shell = JobFactory(task_name="os.system", args=[f"touch {marker}"])
-    zen = JobFactory(task_name="this.main", run_at=T - dt.timedelta(seconds=1))
+    # Enqueued longer ago than DEBOUNCE_UNKNOWN_TASK_GRACE (10 min): no deploy is under way.
+    old = T - dt.timedelta(minutes=11)
+    shell = JobFactory(task_name="os.system", args=[f"touch {marker}"], created_at=old)
+    zen = JobFactory(task_name="this.main", run_at=T - dt.timedelta(seconds=1), created_at=old)
 
     burst()
 
@@ -225,6 +227,43 @@ def test_unknown_task_is_dead_lettered_and_never_imported(clock, burst, tmp_path
     names = [name for name, _, _ in signal_log]
     assert "job_started" not in names
     assert names.count("job_dead_lettered") == 2
+
+
+def test_an_unknown_task_is_put_back_during_its_grace_then_dead_lettered(clock, burst, caplog):
+    """Decision 158: a worker older than the task's code leaves its young jobs to others."""
+    job = JobFactory(task_name="deploy.new_task", run_at=T)
+    with caplog.at_level("WARNING", logger="django_debounce.worker"):
+        burst()
+    row = Job.objects.get(pk=job.pk)
+    assert (row.status, row.attempts, row.worker_id, row.started_at) == ("READY", 0, "", None)
+    assert row.run_at == T + dt.timedelta(seconds=5), "offered again 5 s later"
+    assert not DeadLetter.objects.exists()
+    assert caplog.records[0].getMessage() == (
+        f"job {job.pk} names task 'deploy.new_task', which this process does not know; put "
+        "back, not dead-lettered, until 2026-03-01 12:10:00 UTC (DEBOUNCE_UNKNOWN_TASK_GRACE "
+        "after its last enqueue): a process that knows it (the other executor, or a worker "
+        "running newer code) takes it meanwhile"
+    )
+    clock(minutes=10)
+    burst()
+    row.refresh_from_db()
+    assert (row.status, row.attempts) == (Job.Status.FAILED, 1)
+    assert DeadLetter.objects.get(job=job).error == (
+        "django_debounce.exceptions.UnknownTaskError: no task named 'deploy.new_task' is "
+        "registered in this worker; the worker never imports a path taken from the database. "
+        "Either the module that declares it is not imported by this worker (its app must be in "
+        "INSTALLED_APPS and the task in the app's tasks.py, which is autodiscovered, or in a "
+        "module that tasks.py imports), or the worker started before the code that declares it "
+        "was deployed (restart it). Then run `manage.py retry_dead_letters --reason-prefix "
+        "unknown_task:`"
+    )
+
+
+def test_an_unknown_task_grace_of_zero_dead_letters_at_once(clock, burst, settings):
+    settings.DEBOUNCE_UNKNOWN_TASK_GRACE = 0
+    job = JobFactory(task_name="deploy.gone", run_at=T)
+    burst()
+    assert DeadLetter.objects.get(job=job).reason == "unknown_task: deploy.gone"
 
 
 # -- ordering, planned outcomes ------------------------------------------------------------

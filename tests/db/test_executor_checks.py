@@ -1,4 +1,4 @@
-"""System checks of the executor settings (E025–E029, W013–W014; issue #10): one test per id."""
+"""System checks of the executor settings (E025–E029, E044, W013–W014; issues #10, #17): one test per id."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ CASES = [
     pytest.param({"CELERY_QUEUES": {"default": ""}}, "E026", ERROR, id="E026-empty-target"),
     pytest.param({"CELERY_HANDOFF_LEASE": "soon"}, "E027", ERROR, id="E027-unparseable"),
     pytest.param({"CELERY_HANDOFF_LEASE": "2s"}, "W013", WARNING, id="W013-short"),
+    pytest.param({"UNKNOWN_TASK_GRACE": "a while"}, "E044", ERROR, id="E044-unparseable"),
+    pytest.param({"UNKNOWN_TASK_GRACE": -5}, "E044", ERROR, id="E044-negative"),
 ]
 
 
@@ -32,6 +34,8 @@ def test_valid_executor_settings_pass(settings):
     settings.DEBOUNCE_EXECUTOR = "celery"
     settings.DEBOUNCE_CELERY_QUEUES = {"default": "celery", "mail": "mail-q"}
     settings.DEBOUNCE_CELERY_HANDOFF_LEASE = "10m"
+    assert celery_checks.check_executor_settings() == []
+    settings.DEBOUNCE_UNKNOWN_TASK_GRACE = 0  # dead-letter unknown tasks at once
     assert celery_checks.check_executor_settings() == []
 
 
@@ -77,4 +81,4 @@ def test_the_celery_checks_pass_with_a_working_app(settings):
 
 def test_every_executor_check_id_is_exercised():
     covered = {param.values[1] for param in CASES} | {"E028", "E029", "W014"}
-    assert covered == {"E025", "E026", "E027", "E028", "E029", "W013", "W014"}
+    assert covered == {"E025", "E026", "E027", "E028", "E029", "E044", "W013", "W014"}

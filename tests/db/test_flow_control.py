@@ -484,7 +484,7 @@ def test_retried_failures_count_and_the_open_breaker_defers_retries(clock, burst
 def test_an_unknown_task_dead_letter_does_not_count(clock, burst, flow):
     from tests.factories import JobFactory
 
-    JobFactory(task_name="flow.not_registered", run_at=T)
+    JobFactory(task_name="flow.not_registered", run_at=T, created_at=T - 11 * 60 * S)
     burst()
     assert DeadLetter.objects.get().reason.startswith("unknown_task:")
     assert not TaskState.objects.exists()

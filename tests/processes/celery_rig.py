@@ -54,18 +54,23 @@ class CeleryRig:
             **env,
         )
         self._workers = 0
+        self.mapped = True
 
     @property
     def workdir(self) -> Path:
         return self.procs.workdir
 
-    def worker(self, *options: str, pool: str = "solo", wait: bool = True) -> Proc:
+    def worker(
+        self, *options: str, pool: str = "solo", wait: bool = True, queues: bool = True
+    ) -> Proc:
         """Start ``celery -A tests.celery_app worker`` on this rig's queue; wait until ready.
 
         Args:
             options: more command-line options (e.g. ``--debounce-metrics-port``).
             pool: the Celery pool (``solo`` by default; ``prefork``, ``threads``).
             wait: wait until the worker logs "ready".
+            queues: pass ``-Q <queue>``; ``False``: none, so the worker consumes its
+                app's ``task_default_queue`` (see :meth:`as_default_queue`).
         """
         self._workers += 1
         name = f"celery-{self._workers}"
@@ -77,8 +82,7 @@ class CeleryRig:
                 "-A",
                 "tests.celery_app",
                 "worker",
-                "-Q",
-                self.queue,
+                *(["-Q", self.queue] if queues else []),
                 f"--pool={pool}",
                 "--without-gossip",
                 "--without-mingle",
@@ -108,9 +112,20 @@ class CeleryRig:
         """Start ``run_debounce_worker --dispatch-only`` with this rig's settings."""
         return self.procs.worker("--dispatch-only", *options, name="dispatcher", env=self.env)
 
+    def as_default_queue(self) -> None:
+        """Make this rig's queue the Celery apps' ``task_default_queue``, with no queue mapping.
+
+        A plain ``celery worker`` (no ``-Q``) then consumes it, as it consumes
+        ``celery`` in a default setup; :meth:`settings` maps nothing.
+        """
+        del self.env["DEBOUNCE_TEST_CELERY_QUEUE"]
+        self.env["DEBOUNCE_TEST_DEFAULT_QUEUE"] = self.queue
+        self.app.conf.task_default_queue = self.queue
+        self.mapped = False
+
     def settings(self) -> dict[str, object]:
         """The settings the test process needs to publish as the subprocesses do."""
-        return {"DEBOUNCE_CELERY_QUEUES": {"default": self.queue}}
+        return {"DEBOUNCE_CELERY_QUEUES": {"default": self.queue} if self.mapped else {}}
 
     def waiting(self) -> int:
         """Return how many messages wait in this rig's Celery queue (0 if it does not exist)."""

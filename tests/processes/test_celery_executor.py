@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import time
 from collections.abc import Iterator
 
@@ -89,6 +90,53 @@ def test_dispatcher_hands_jobs_to_a_celery_worker_that_runs_them(rig: CeleryRig)
     assert received == {str(pk) for pk in ids}
 
 
+def test_a_plain_celery_worker_runs_jobs_of_the_default_queue(
+    broker: str, procs: Processes, settings
+) -> None:
+    """Issue #17 item 11: no -Q, no DEBOUNCE_CELERY_QUEUES; the app's default queue is used."""
+    rig = CeleryRig(broker, procs)
+    rig.as_default_queue()
+    settings.DEBOUNCE_CELERY_QUEUES = {}
+    try:
+        job = record.delay("out-of-the-box")
+        rig.worker(queues=False)
+        assert celery_executor.dispatch_due(app=rig.app) == 1
+        wait_for(lambda: _status(job.pk) == Status.SUCCESSFUL, timeout=30, what=rig.procs.tails)
+    finally:
+        procs.kill_all()
+        rig.close()
+
+
+def test_the_dispatcher_reports_a_queue_nobody_consumes_within_seconds(rig: CeleryRig) -> None:
+    """Issue #17 item 11: the line comes ~10 s after the hand-off, not after the 5-minute lease."""
+    job = record.delay("nobody")
+    dispatcher = rig.dispatcher("--poll-interval", "0.5")  # no Celery worker on rig.queue
+    started = time.monotonic()
+    line = f"never taken: no Celery worker consumed Celery queue '{rig.queue}' (jobs {job.pk} "
+    wait_for(lambda: line in dispatcher.stderr(), timeout=30, what=dispatcher.tail)
+    assert time.monotonic() - started < 25
+    assert _status(job.pk) == Status.RUNNING, "still handed off, under its lease"
+
+
+def test_a_bound_stacked_task_sees_the_job_id_and_worker_hostname(rig: CeleryRig) -> None:
+    """Issue #17 item 11: ``self.request`` of a ``bind=True`` task is the message's."""
+    from tests.testapp.tasks_celery import bound_request
+
+    job = bound_request.delay("r")
+    rig.worker()
+
+    def done() -> bool:
+        celery_executor.dispatch_due(app=rig.app)
+        return _status(job.pk) == Status.SUCCESSFUL
+
+    wait_for(done, timeout=60, interval=0.2, what=rig.procs.tails)
+    assert Job.objects.get(pk=job.pk).result == {
+        "id": str(job.pk),
+        "hostname": f"celery-1-{rig.queue}@{socket.gethostname()}",
+        "key": "r",
+    }
+
+
 def test_a_message_published_twice_runs_the_job_once(rig: CeleryRig) -> None:
     job = record.delay("twice")
     claimed = handoff.claim_for_handoff(
@@ -99,11 +147,13 @@ def test_a_message_published_twice_runs_the_job_once(rig: CeleryRig) -> None:
     assert celery_executor.publish(claimed, app=rig.app) == (1, 0)
     worker = rig.worker()
     wait_for(lambda: _status(job.pk) == Status.SUCCESSFUL, timeout=60, what=worker.tail)
+    # The duplicate writes no Celery state (Ignore), so it cannot hide the run's (decision 156).
     wait_for(
-        lambda: worker.stderr().count(f"django_debounce.run_job[{job.pk}] succeeded") == 2,
+        lambda: f"django_debounce.run_job[{job.pk}] ignored" in worker.stderr(),
         timeout=30,
         what=worker.tail,
     )
+    assert worker.stderr().count(f"django_debounce.run_job[{job.pk}] succeeded") == 1
     assert CallLog.objects.filter(task="cel.record", key="twice").count() == 1
     assert f"message for job {job.pk} is a no-op: it is SUCCESSFUL" in worker.stderr()
     assert Job.objects.get(pk=job.pk).attempts == 1
@@ -174,13 +224,15 @@ def test_a_stopped_celery_worker_leaves_jobs_waiting_not_lost(rig: CeleryRig, se
     assert set(Job.objects.values_list("attempts", flat=True)) == {1}
 
 
-def test_async_result_shows_success_and_a_failed_job_as_failure(procs: Processes, settings) -> None:
-    """Decision 138: the Celery state follows the job's outcome (Redis broker and results)."""
+def test_async_result_shows_each_jobs_final_attempt_after_retries(
+    procs: Processes, settings
+) -> None:
+    """Decisions 138, 156: a retried attempt ends in RETRY, so the final attempt's state stays."""
     from celery.result import AsyncResult
 
-    from django_debounce.exceptions import JobFailedError
+    from django_debounce.exceptions import JobFailedError, JobRetryError
     from tests.celery_app import REDIS, make_app, with_results
-    from tests.testapp.tasks_celery import fails
+    from tests.testapp.tasks_celery import always_fails, flaky
 
     rig = CeleryRig("redis", procs, DEBOUNCE_TEST_LEASE="3s")
     prefix = f"{rig.queue}:"
@@ -188,26 +240,33 @@ def test_async_result_shows_success_and_a_failed_job_as_failure(procs: Processes
     for name, value in rig.settings().items():
         setattr(settings, name, value)
     results = with_results(make_app(REDIS), prefix)
-    good = record.delay("ok")
-    bad = fails.apply_async(args=("nope",), max_retries=0)
+    good, once, bad = record.delay("ok"), flaky.delay("f"), always_fails.delay("nope")
+    state = {job.pk: AsyncResult(str(job.pk), app=results) for job in (good, once, bad)}
     try:
         rig.worker()
-        assert celery_executor.dispatch_due(app=rig.app) == 2
-        wait_for(
-            lambda: {_status(good.pk), _status(bad.pk)} == {"SUCCESSFUL", "FAILED"},
-            timeout=60,
-            what=lambda: rig.procs.tails(),
+        assert celery_executor.dispatch_due(app=rig.app) == 3
+        wait_for(lambda: state[once.pk].state == "RETRY", timeout=60, what=rig.procs.tails)
+        assert isinstance(state[once.pk].result, JobRetryError)
+        assert str(state[once.pk].result).endswith("RuntimeError: first try of f")
+
+        def finished() -> bool:
+            celery_executor.dispatch_due(app=rig.app)
+            return {_status(job.pk) for job in (good, once, bad)} == {"SUCCESSFUL", "FAILED"}
+
+        wait_for(finished, timeout=60, interval=0.2, what=rig.procs.tails)
+        wait_for(lambda: state[bad.pk].state == "FAILURE", timeout=10, what=rig.procs.tails)
+        assert (state[good.pk].state, state[good.pk].result["tag"]) == ("SUCCESS", "ok")
+        assert (state[once.pk].state, state[once.pk].result) == (
+            "SUCCESS",
+            {"tag": "f", "attempt": 2},
         )
-        done = AsyncResult(str(good.pk), app=results)
-        failed = AsyncResult(str(bad.pk), app=results)
-        wait_for(lambda: failed.state == "FAILURE", timeout=10, what=lambda: failed.state)
-        assert (done.state, done.result["tag"]) == ("SUCCESS", "ok")
-        assert isinstance(failed.result, JobFailedError)
-        assert str(failed.result).startswith(
-            f"job {bad.pk} (cel.fails) failed for good on attempt 1: RuntimeError: no luck for nope"
+        assert isinstance(state[bad.pk].result, JobFailedError)
+        assert str(state[bad.pk].result).startswith(
+            f"job {bad.pk} (cel.always_fails) failed for good on attempt 2: "
+            "RuntimeError: no luck for nope"
         )
     finally:
         procs.kill_all()
         rig.close()
-        for result in (AsyncResult(str(job.pk), app=results) for job in (good, bad)):
+        for result in state.values():
             result.forget()

@@ -76,3 +76,24 @@ def fails(tag: str) -> None:
 def on_worker(tag: str) -> str:
     """A task the built-in worker runs even when DEBOUNCE_EXECUTOR is "celery"."""
     return tag
+
+
+@task(name="cel.flaky", executor="celery", takes_context=True, min_backoff="1s", max_backoff="1s")
+def flaky(context: JobContext, tag: str) -> dict[str, Any]:
+    """Raise on the first attempt, succeed on the next (issue #17 item 10)."""
+    if context.attempt == 1:
+        raise RuntimeError(f"first try of {tag}")
+    return {"tag": tag, "attempt": context.attempt}
+
+
+@task(name="cel.always_fails", executor="celery", max_retries=1, min_backoff="1s", max_backoff="1s")
+def always_fails(tag: str) -> None:
+    """Raise on every attempt: one retry after 1 s, then a dead letter."""
+    raise RuntimeError(f"no luck for {tag}")
+
+
+@debounced_task(debounce="300ms", debounce_max_wait="5s", debounce_key="request:{0}")
+@shared_task(bind=True, name="cel.bound_request")
+def bound_request(self: Any, key: str) -> dict[str, Any]:
+    """A bound Celery task that returns what Celery's request tells it (issue #17 item 11)."""
+    return {"id": self.request.id, "hostname": self.request.hostname, "key": key}
