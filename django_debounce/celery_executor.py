@@ -36,8 +36,9 @@ from types import FrameType
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, InterfaceError, connections, router
+from django.utils import timezone
 
-from . import handoff, leases, wakeup
+from . import handoff, leases, outcomes, wakeup
 from .celery_routing import RUN_TASK, celery_app, celery_queue, publish
 from .conf import settings
 from .exceptions import JobFailedError, JobRetryError
@@ -45,6 +46,7 @@ from .execution import run_job
 from .handoff_watch import UntakenWatch
 from .lease_keeper import InlineLeaseKeeper
 from .models import Job
+from .start_rules import expired_at_start
 from .sweep import SweepSchedule
 
 logger = logging.getLogger("django_debounce.celery")
@@ -256,8 +258,9 @@ def take_and_run(job_id: int, *, using: str | None = None) -> handoff.Taken:
         :class:`~django_debounce.handoff.Taken`: ``job`` is ``None`` for a
         no-op (``why`` says why); otherwise the job with this attempt's
         outcome: SUCCESSFUL, FAILED (dead letter written), READY (a retry is
-        scheduled, or its task is not known here yet), or still RUNNING when
-        the run was late and its outcome discarded (§11).
+        scheduled, or its task is not known here yet), EXPIRED (it reached this
+        worker past its ``expires_at`` and never ran, decision 146), or still
+        RUNNING when the run was late and its outcome discarded (§11).
 
     Raises:
         OperationalError, InterfaceError: the outcome could not be written
@@ -275,6 +278,10 @@ def take_and_run(job_id: int, *, using: str | None = None) -> handoff.Taken:
             taken.why,
             extra={"action": "noop", "job_id": job_id},
         )
+        return taken
+    now = timezone.now()
+    if expired_at_start(job, now):  # it waited in the broker past its expiry (decision 146)
+        outcomes.expire_claimed(job, started_before=None, worker_id=worker_id, now=now, using=using)
         return taken
 
     def renew() -> None:

@@ -129,6 +129,21 @@ def test_run_handed_off_runs_the_job_and_records_its_result(clock, signal_log):
     assert celery_executor.run_handed_off(job.pk) is None, "a late message is a no-op"
 
 
+def test_a_handed_off_job_taken_past_its_expiry_ends_expired_unrun(clock, signal_log):
+    """Issue #17 item 3 on Celery: a job that waited in the broker past its expiry never runs."""
+    job = record.apply_async(args=("late",), expires="10s")
+    dependent = record.apply_async(args=("after",), depends_on=[job])
+    _handoff()
+    clock(seconds=11)  # the message sat in the broker (the hand-off lease is 30 s)
+    signal_log.clear()
+    assert celery_executor.take_and_run(job.pk).job.status == Status.EXPIRED
+    row = Job.objects.get(pk=job.pk)
+    assert (row.status, row.attempts, row.started_at) == (Status.EXPIRED, 0, None)
+    assert row.finished_at == T + dt.timedelta(seconds=11)
+    assert Job.objects.get(pk=dependent.pk).status == Status.CANCELLED
+    assert signal_log == [] and not DeadLetter.objects.exists()  # never started, planned (§8)
+
+
 def test_a_failing_run_retries_with_the_tasks_backoff_then_dead_letters(clock):
     job = fails.delay("f")
     for attempt in (1, 2):
