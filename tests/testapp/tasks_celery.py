@@ -76,3 +76,10 @@ def fails(tag: str) -> None:
 def on_worker(tag: str) -> str:
     """A task the built-in worker runs even when DEBOUNCE_EXECUTOR is "celery"."""
     return tag
+
+
+@task(name="cel.tuple_key_result", executor="celery")
+def tuple_key_result() -> dict[Any, str]:
+    """Return a dict with a tuple key: JSON cannot store it (stored as a short repr)."""
+    CallLog.objects.create(task="cel.tuple_key_result", pid=os.getpid())
+    return {(1, 2): "pair"}
