@@ -109,9 +109,9 @@ def storable_result(value: object) -> Any:
         SystemExit: only a stop of the process that a signal handler raised
             meanwhile (:func:`~django_debounce.interrupts.is_host_stop`).
     """
-    for candidate in (lambda: value, lambda: _scrub(value)):
+    for scrub in (False, True):
         try:
-            return codec.encode(candidate(), path="result", sized=True)
+            return codec.encode(_scrub(value) if scrub else value, path="result", sized=True)
         except BaseException as exc:  # the value's own code may raise anything
             if is_host_stop(exc):
                 raise

@@ -11,7 +11,6 @@ Only the worker's own second signal (``WorkerExit``) still ends the run.
 
 from __future__ import annotations
 
-import datetime as dt
 import threading
 
 import pytest
@@ -116,9 +115,12 @@ def test_the_workers_second_signal_in_a_task_still_ends_the_run_and_puts_the_res
     assert (stop.status, stop.attempts, stop.error) == (Status.RUNNING, 1, "")
     assert stop.lease_expires_at is not None
     assert not DeadLetter.objects.exists()
-    statuses = dict(Job.objects.filter(pk__in=[j.pk for j in first + rest]).values_list("pk", "status"))
+    statuses = dict(
+        Job.objects.filter(pk__in=[j.pk for j in first + rest]).values_list("pk", "status")
+    )
     assert [statuses[j.pk] for j in first] == [Status.SUCCESSFUL] * 3
     # Claimed ahead with it and never started: back to READY at once, the attempt not counted.
-    assert [(j.status, j.attempts, j.worker_id) for j in Job.objects.filter(pk__in=[r.pk for r in rest]).order_by("pk")] == [
-        (Status.READY, 0, "")
-    ] * 2
+    assert [
+        (j.status, j.attempts, j.worker_id)
+        for j in Job.objects.filter(pk__in=[r.pk for r in rest]).order_by("pk")
+    ] == [(Status.READY, 0, "")] * 2
