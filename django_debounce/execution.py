@@ -16,6 +16,7 @@ from django.db import DatabaseError, connections, transaction
 
 from . import codec, outcomes, registry
 from .context import JobContext
+from .interrupts import is_host_stop
 from .log_fields import job_fields
 from .models import Job
 from .outcome_batches import SuccessBatch
@@ -44,7 +45,10 @@ def run_job(
     gets a :class:`~django_debounce.context.JobContext` first), the task called
     (an async one through ``async_to_sync``) and its return value recorded
     (:func:`~django_debounce.outcomes.record_success`), or what it raised
-    (:func:`~django_debounce.outcomes.record_failure`: a retry or a dead letter).
+    (:func:`~django_debounce.outcomes.record_failure`: a retry or a dead letter),
+    ``BaseException`` subclasses included: a task that calls ``sys.exit(3)`` or
+    raises ``KeyboardInterrupt`` or ``asyncio.CancelledError`` has failed, with
+    the error ``"SystemExit: 3"`` (decision 152), and the calling thread goes on.
 
     Inside a caller's transaction (an inline ``--burst`` in a test, say) the
     task runs after a savepoint: a database error in the task rolls back to
@@ -66,8 +70,10 @@ def run_job(
     Raises:
         OperationalError, InterfaceError: the outcome could not be written for
             ``retry_for``: the job stays RUNNING until its lease lapses.
-        BaseException: what the task raised if it is not an ``Exception``
-            (``KeyboardInterrupt``, ``SystemExit``): nothing is recorded.
+        SystemExit: only a subclass a signal handler raised to end the process
+            (:func:`~django_debounce.interrupts.is_host_stop`: the worker's second
+            signal, Celery's cold shutdown): nothing is recorded, and the job runs
+            again once its lease lapses.
     """
     task = registry.lookup(job.task_name)
     if task is None:
@@ -102,7 +108,9 @@ def run_job(
             raise
         if savepoint:
             transaction.savepoint_commit(savepoint, using=using)
-    except Exception as exc:
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt too: the run's error
+        if is_host_stop(exc):
+            raise  # a signal handler ending the process, not the task (decision 152)
         logger.exception(
             "job %s (%s) raised",
             job.pk,

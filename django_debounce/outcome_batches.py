@@ -33,17 +33,19 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import DatabaseError, InterfaceError, connections, models
+from django.db import DatabaseError, InterfaceError, connections, models, transaction
 from django.db.models import Q, Value
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
+from .batch_budget import MAX_BATCH_BYTES, database_answers, entry_bytes, max_batch_bytes
 from .db_errors import is_transient, retry_transient
-from .final_failures import log_discarded_late_run
+from .final_failures import log_discarded_late_run, log_refused
 from .log_fields import job_fields
 from .models import Job
 from .outcomes import record_success
 from .signals import job_finished, send_signal
+from .storable import short_repr
 
 #: The worker's documented logger (docs/reference/commands.md): outcome lines keep its name.
 logger = logging.getLogger("django_debounce.worker")
@@ -63,12 +65,14 @@ class PendingSuccess:
         stored: the result's stored JSON form (:func:`~django_debounce.storable.storable_result`).
         result: what the task returned, for the per-job fallback write.
         finished_at: when the run returned (written as ``finished_at``).
+        size: the bytes it adds to the batch's statement (:func:`~django_debounce.batch_budget.entry_bytes`).
     """
 
     job: Job
     stored: Any
     result: object
     finished_at: datetime
+    size: int = 0
 
 
 def write_successes(entries: list[PendingSuccess], *, worker_id: str, using: str) -> set[int]:
@@ -144,15 +148,27 @@ class SuccessBatch:
             (``DEBOUNCE_SUCCESS_FLUSH_INTERVAL``); 0 writes each one at once.
         retry_for: how long a flush retries through transient database errors
             (the worker passes its lease).
+        max_bytes: most bytes of results one statement carries (``None``: the
+            database's :func:`~django_debounce.batch_budget.max_batch_bytes`,
+            4 MiB, less on a MariaDB with a small ``max_allowed_packet``).
     """
 
     def __init__(
-        self, *, worker_id: str, using: str, interval: float, retry_for: timedelta
+        self,
+        *,
+        worker_id: str,
+        using: str,
+        interval: float,
+        retry_for: timedelta,
+        max_bytes: int | None = None,
     ) -> None:
         self.worker_id = worker_id
         self.using = using
         self.interval = interval
         self.retry_for = retry_for
+        self.max_bytes = max_bytes
+        self._budget = max_bytes or MAX_BATCH_BYTES  # until a flush reads the database's
+        self._bytes = 0  # of the pending entries
         self._lock = threading.Lock()
         self._entries: list[PendingSuccess] = []
         self._oldest = 0.0  # monotonic time the oldest pending entry was added
@@ -164,11 +180,18 @@ class SuccessBatch:
 
     def add(self, job: Job, stored: Any, result: object) -> None:
         """Keep the success of ``job``'s run (``stored``: the result's JSON) for the next flush."""
-        entry = PendingSuccess(job=job, stored=stored, result=result, finished_at=timezone.now())
+        entry = PendingSuccess(
+            job=job,
+            stored=stored,
+            result=result,
+            finished_at=timezone.now(),
+            size=entry_bytes(stored),
+        )
         with self._lock:
             if not self._entries:
                 self._oldest = time.monotonic()
             self._entries.append(entry)
+            self._bytes += entry.size
 
     def pending_ids(self) -> list[int]:
         """Return the ids of the jobs waiting for their write (still RUNNING under their lease)."""
@@ -180,7 +203,7 @@ class SuccessBatch:
         with self._lock:
             if not self._entries:
                 return None
-            if len(self._entries) >= MAX_BATCH:
+            if len(self._entries) >= MAX_BATCH or self._bytes >= self._budget:
                 return 0.0
             return max(0.0, self._oldest + self.interval - time.monotonic())
 
@@ -228,56 +251,118 @@ class SuccessBatch:
     def flush(self) -> int:
         """Write every pending success, log each and send its ``job_finished``; return how many hit.
 
-        One ``UPDATE`` per :data:`MAX_BATCH` successes
-        (:func:`write_successes`), retried through transient errors for
-        ``retry_for``. If the database refuses the batch for another reason (a
-        result it will not store), each success is written alone by
-        :func:`~django_debounce.outcomes.record_success`, which stores a short
-        ``repr`` or a dead letter instead (§7). A run found reclaimed is logged
-        and discarded (§11).
+        One ``UPDATE`` per :data:`MAX_BATCH` successes whose results add up to
+        at most the byte budget (``max_bytes``; a larger result goes alone;
+        :func:`write_successes`). If a statement fails while the database
+        still answers (:func:`~django_debounce.batch_budget.database_answers`),
+        the statement was refused (too large for MariaDB's
+        ``max_allowed_packet``, or a result the database will not store): the
+        batch is written in two halves, each split again if refused. A single
+        success refused twice is written by
+        :func:`~django_debounce.outcomes.record_success` as its short ``repr``
+        (when the server drops the statement) or as it is (which stores a
+        short ``repr`` or a dead letter instead, §7); it is never retried
+        forever (decision 153). If the database does not answer, the batch is
+        retried through transient errors for ``retry_for``. A run found
+        reclaimed is logged and discarded (§11).
 
         Raises:
             OperationalError, InterfaceError: the database stayed unreachable for
-                ``retry_for``; the successes stay pending (flush again later).
+                ``retry_for``; the successes not written stay pending (flush again later).
         """
         written = 0
         with self._flushing:  # one flush at a time; the next takes what arrived meanwhile
+            self._budget = self.max_bytes or max_batch_bytes(self.using, pending=self._bytes)
             while True:
                 with self._lock:
-                    entries = self._entries[:MAX_BATCH]
+                    entries = self._next_batch()
                 if not entries:
                     return written
-                written += self._write(entries)
-                with self._lock:
-                    del self._entries[: len(entries)]
-                    self._oldest = time.monotonic()
+                done = [0]  # entries ended so far: always a prefix of ``entries``
+                try:
+                    written += self._write(entries, done)
+                finally:
+                    if done[0]:
+                        with self._lock:
+                            self._bytes -= sum(entry.size for entry in self._entries[: done[0]])
+                            del self._entries[: done[0]]
+                            self._oldest = time.monotonic()
 
-    def _write(self, entries: list[PendingSuccess]) -> int:
+    def _next_batch(self) -> list[PendingSuccess]:
+        """Return the oldest entries within :data:`MAX_BATCH` rows and the byte budget (at least one)."""
+        size = 0
+        for count, entry in enumerate(self._entries[:MAX_BATCH]):
+            size += entry.size
+            if count and size > self._budget:
+                return self._entries[:count]
+        return self._entries[:MAX_BATCH]
+
+    def _attempt(self, entries: list[PendingSuccess]) -> set[int]:
+        """Run :func:`write_successes` once (in a savepoint inside a caller's transaction)."""
+        if connections[self.using].in_atomic_block:
+            with transaction.atomic(using=self.using):
+                return write_successes(entries, worker_id=self.worker_id, using=self.using)
+        return write_successes(entries, worker_id=self.worker_id, using=self.using)
+
+    def _write(self, entries: list[PendingSuccess], done: list[int]) -> int:
+        """Write ``entries`` (splitting a refused batch); add how many ended to ``done[0]``."""
+        if len(entries) == 1:
+            return self._write_alone(entries[0], done)
         try:
-            hit = retry_transient(
-                lambda: write_successes(entries, worker_id=self.worker_id, using=self.using),
-                using=self.using,
-                patience=self.retry_for,
-            )
-        except DatabaseError as exc:
-            if is_transient(exc):
-                raise
+            hit = self._attempt(entries)
+        except (DatabaseError, InterfaceError) as exc:
+            refusal: Exception = exc
+            if not database_answers(self.using):  # an outage: retry the batch as it is
+                try:
+                    hit = retry_transient(
+                        lambda: write_successes(
+                            entries, worker_id=self.worker_id, using=self.using
+                        ),
+                        using=self.using,
+                        patience=self.retry_for,
+                    )
+                except DatabaseError as again:
+                    if is_transient(again):
+                        raise
+                    refusal = again
+                else:
+                    return self._written(entries, hit, done)
             logger.warning(
-                "the database refused a batch of %d successes (%s); writing them one by one",
+                "the database refused a batch of %d successes (%s); writing it in two halves",
                 len(entries),
-                exc,
+                refusal,
                 extra={"action": "batch_refused"},
             )
-            for entry in entries:
-                record_success(
-                    entry.job,
-                    entry.result,
-                    worker_id=self.worker_id,
-                    using=self.using,
-                    retry_for=self.retry_for,
-                    now=entry.finished_at,
-                )
-            return len(entries)
+            half = len(entries) // 2
+            return self._write(entries[:half], done) + self._write(entries[half:], done)
+        return self._written(entries, hit, done)
+
+    def _write_alone(self, entry: PendingSuccess, done: list[int]) -> int:
+        """Write one success; refused twice by a database that answers: as its short ``repr``."""
+        value = entry.result
+        for last in (False, True):
+            try:
+                return self._written([entry], self._attempt([entry]), done)
+            except (DatabaseError, InterfaceError) as exc:
+                if not database_answers(self.using):
+                    break  # an outage: the per-job write retries it for retry_for
+                if last and is_transient(exc):  # the server drops this statement each time
+                    log_refused(entry.job, "result", exc)
+                    value = short_repr(entry.result)  # (else record_success tries it, then this)
+        record_success(
+            entry.job,
+            value,
+            worker_id=self.worker_id,
+            using=self.using,
+            retry_for=self.retry_for,
+            now=entry.finished_at,
+        )
+        done[0] += 1
+        return 1
+
+    def _written(self, entries: list[PendingSuccess], hit: set[int], done: list[int]) -> int:
+        """Log and signal the written ``entries`` (``hit``: the ids written); return how many."""
+        done[0] += len(entries)
         for entry in entries:
             job = entry.job
             if job.pk not in hit:

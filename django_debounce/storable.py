@@ -4,7 +4,11 @@ A task may return anything and raise anything; what the worker writes on the
 job must never fail because of it, or the run would be repeated. These
 functions never raise: :func:`storable_result` for a return value,
 :func:`format_error` and :func:`format_traceback` for an exception, and
-:func:`storable_text` for any text.
+:func:`storable_text` for any text. "Never" includes a value whose own code
+raises while it is read: an ``__iter__``, ``__getattribute__``, ``__repr__``
+or ``__str__`` that raises, ``SystemExit`` and other ``BaseException`` subclasses
+included (decision 151 in docs/decisions.md); only a stop of the process
+itself (:func:`~django_debounce.interrupts.is_host_stop`) goes through.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import traceback as traceback_module
 from typing import Any
 
 from . import codec
-from .exceptions import PayloadError
+from .interrupts import is_host_stop
 
 #: Most characters of an error message or a traceback stored on a job and its dead
 #: letter; the rest is cut (a 20 MB exception message must not make the write fail).
@@ -74,13 +78,16 @@ _short_repr = _ShortRepr()
 def short_repr(value: object) -> str:
     """Return a storable ``repr`` of ``value`` of at most :data:`MAX_REPR_CHARS` characters.
 
-    Never raises: a ``repr`` that raises gives ``"<unrepresentable TypeName>"``.
+    Never raises: a ``repr`` that raises (whatever it raises, but a stop of the
+    process, :func:`~django_debounce.interrupts.is_host_stop`) gives
+    ``"<unrepresentable TypeName>"``.
     """
     try:
-        text = _short_repr.repr(value)
-    except Exception:  # a repr that raises must not lose the run
-        text = f"<unrepresentable {type(value).__qualname__}>"
-    return storable_text(text, MAX_REPR_CHARS)
+        return storable_text(_short_repr.repr(value), MAX_REPR_CHARS)
+    except BaseException as exc:  # a repr that raises must not lose the run
+        if is_host_stop(exc):
+            raise
+    return storable_text(f"<unrepresentable {type(value).__qualname__}>", MAX_REPR_CHARS)
 
 
 def storable_result(value: object) -> Any:
@@ -92,27 +99,40 @@ def storable_result(value: object) -> Any:
     shortened ``repr`` string (at most :data:`MAX_REPR_CHARS` characters): a
     set or a model instance, an ``int`` of more than 4,300 digits, a value
     nested more than 31 levels deep or whose JSON is longer than
-    ``DEBOUNCE_MAX_PAYLOAD_BYTES``. A result that cannot be written must never
-    turn a successful run into a rerun.
+    ``DEBOUNCE_MAX_PAYLOAD_BYTES``, a dict with a key that is not a ``str``
+    (a tuple, an int), and a value whose own code raises while it is read (an
+    ``__iter__`` or ``__getattribute__`` that raises, whatever it raises;
+    decision 151). A result that cannot be written must never turn a
+    successful run into a rerun.
+
+    Raises:
+        SystemExit: only a stop of the process that a signal handler raised
+            meanwhile (:func:`~django_debounce.interrupts.is_host_stop`).
     """
-    try:
-        return codec.encode(value, path="result", sized=True)
-    except (PayloadError, ValueError, RecursionError):
-        pass
-    try:
-        return codec.encode(_scrub(value), path="result", sized=True)
-    except (PayloadError, ValueError, RecursionError):
-        return short_repr(value)
+    for scrub in (False, True):
+        try:
+            return codec.encode(_scrub(value) if scrub else value, path="result", sized=True)
+        except BaseException as exc:  # the value's own code may raise anything
+            if is_host_stop(exc):
+                raise
+    return short_repr(value)
 
 
 def _scrub(value: object) -> object:
-    """Return ``value`` with NUL characters and lone surrogates in its strings made U+FFFD."""
+    """Return ``value`` with NUL characters and lone surrogates in its strings made U+FFFD.
+
+    Only ``str`` keys are scrubbed; any other key is kept as it is (a tuple key
+    turned into a list could not be a key, and the codec refuses it anyway).
+    """
     if isinstance(value, str):
         return storable_text(value)
     if isinstance(value, list | tuple):
         return [_scrub(item) for item in value]
     if isinstance(value, dict):
-        return {_scrub(key): _scrub(item) for key, item in value.items()}
+        return {
+            (storable_text(key) if isinstance(key, str) else key): _scrub(item)
+            for key, item in value.items()
+        }
     return value
 
 
@@ -127,7 +147,9 @@ def format_error(exc: BaseException) -> str:
     )
     try:
         message = str(exc)
-    except Exception:
+    except BaseException as failed:  # an exception's __str__ may raise anything
+        if is_host_stop(failed):
+            raise
         message = "<the exception's message could not be rendered>"
     return storable_text(f"{name}: {message}", MAX_ERROR_CHARS)
 
@@ -136,7 +158,9 @@ def format_traceback(exc: BaseException) -> str:
     """Return the formatted traceback of ``exc``, storable and cut to :data:`MAX_ERROR_CHARS`."""
     try:
         text = "".join(traceback_module.format_exception(exc))
-    except Exception:
+    except BaseException as failed:
+        if is_host_stop(failed):
+            raise
         text = "<the traceback could not be formatted>"
     return storable_text(text, MAX_ERROR_CHARS)
 

@@ -269,18 +269,17 @@ class Worker(WorkerStop):
                 self._successes.flush_or_log()
 
     def _run_claimed(self, jobs: list[Job]) -> None:
-        """Run the claimed ``jobs`` one after another; on a stop, flush, then put the rest back."""
+        """Run the claimed ``jobs`` in turn; on a stop (flushed first) or an escape, put the rest back."""
         for index, job in enumerate(jobs):
             if self._stopping.is_set():
                 self._successes.flush_or_log()
-                self._release(jobs[index:])
-                with self._lock:
-                    for rest in jobs[index:]:
-                        self._in_flight.pop(rest.pk, None)
-                return
+                return self._put_back(jobs[index:])
             try:
                 if self._may_start(job):
                     self._process(job)
+            except BaseException:
+                self._put_back(jobs[index + 1 :])
+                raise
             finally:
                 with self._lock:
                     self._in_flight.pop(job.pk, None)
@@ -386,7 +385,7 @@ class Worker(WorkerStop):
                     close_dropped_connections()
                     if self._may_start(job):
                         self._process(job)
-                except Exception:
+                except BaseException:  # the thread outlives any job (decision 152)
                     logger.exception("worker thread failed while handling job %s", job.pk)
                 finally:
                     close_old_connections()

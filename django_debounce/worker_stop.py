@@ -24,6 +24,7 @@ from django.db import DatabaseError, InterfaceError, connections
 from django.utils import timezone
 
 from . import leases, outcomes
+from .interrupts import WorkerExit
 from .models import Job
 from .outcome_batches import SuccessBatch
 from .start_rules import expired_at_start
@@ -56,7 +57,7 @@ class WorkerStop:
         self._signals_seen += 1
         if self._signals_seen > 1:
             logger.warning("second signal %s: exiting now", signum, extra={"action": "abort"})
-            raise SystemExit(1)
+            raise WorkerExit(1)  # a SystemExit no task's error handling records
         logger.info(
             "signal %s: finishing running jobs (grace %ss), claiming no more",
             signum,
@@ -117,6 +118,19 @@ class WorkerStop:
             )
             if not connections[self.using].in_atomic_block:
                 connections[self.using].close()
+
+    def _put_back(self, jobs: Sequence[Job]) -> None:
+        """Put claimed, unstarted ``jobs`` back (:meth:`_release`) and stop holding them.
+
+        The inline run calls it on a stop, and when something escapes a job's run (its
+        outcome could not be written, the second signal): the jobs it had not started
+        go back at once instead of waiting RUNNING for their lease (decision 152).
+        """
+        if jobs:
+            self._release(jobs)
+        with self._lock:
+            for job in jobs:
+                self._in_flight.pop(job.pk, None)
 
     def _drain(self, threads: list[threading.Thread]) -> None:
         """Stop: put back the jobs no thread started, wait for running ones, write every success.

@@ -97,3 +97,10 @@ def always_fails(tag: str) -> None:
 def bound_request(self: Any, key: str) -> dict[str, Any]:
     """A bound Celery task that returns what Celery's request tells it (issue #17 item 11)."""
     return {"id": self.request.id, "hostname": self.request.hostname, "key": key}
+
+
+@task(name="cel.tuple_key_result", executor="celery")
+def tuple_key_result() -> dict[Any, str]:
+    """Return a dict with a tuple key: JSON cannot store it (stored as a short repr)."""
+    CallLog.objects.create(task="cel.tuple_key_result", pid=os.getpid())
+    return {(1, 2): "pair"}

@@ -66,3 +66,62 @@ def bad_text() -> dict[str, Any]:
     """Return text no database stores: a lone surrogate, NUL in a value and in a key."""
     _log("st.bad_text")
     return {"name": os.fsdecode(b"report-\xff.csv"), "nul": "a\x00b", "key\x00": [1]}
+
+
+class IterRaises(list):  # type: ignore[type-arg]
+    """A list whose ``__iter__`` raises ``error`` (the codec walks a list through it)."""
+
+    error: BaseException = RuntimeError("no iterating me")
+
+    def __iter__(self) -> Any:
+        raise self.error
+
+
+class IterExits(IterRaises):
+    """A list whose ``__iter__`` calls ``sys.exit(3)``."""
+
+    error = SystemExit(3)
+
+
+class NoAttributes:
+    """An object every attribute read of which raises (``isinstance`` reads ``__class__``)."""
+
+    def __getattribute__(self, name: str) -> Any:
+        raise RuntimeError(f"no attribute {name}")
+
+    def __repr__(self) -> str:  # special methods are looked up on the type
+        return "<NoAttributes>"
+
+
+class ReprRaises:
+    """An object whose ``repr`` raises ``RuntimeError``."""
+
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+class ReprInterrupts:
+    """An object whose ``repr`` raises ``KeyboardInterrupt``."""
+
+    def __repr__(self) -> str:
+        raise KeyboardInterrupt
+
+
+#: What ``st.odd`` returns, by kind: results the codec cannot store as they are.
+ODD_RESULTS: dict[str, Any] = {
+    "tuple_key": lambda: {(1, 2): "pair", "n": 1},
+    "int_key": lambda: {1: "one"},
+    "nested_tuple_key": lambda: [{"ok": {("a",): None}}],
+    "iter_raises": lambda: IterRaises([1, 2]),
+    "iter_exits": lambda: {"rows": IterExits([1])},
+    "no_attributes": lambda: NoAttributes(),
+    "repr_raises": lambda: {(0,): ReprRaises()},
+    "repr_interrupts": lambda: ReprInterrupts(),
+}
+
+
+@task(name="st.odd", max_retries=2)
+def odd(kind: str) -> Any:
+    """Return the value ``ODD_RESULTS[kind]`` makes."""
+    _log("st.odd")
+    return ODD_RESULTS[kind]()

@@ -15,10 +15,12 @@ from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
+from asgiref.sync import sync_to_async
 from django.db import transaction
 from django.utils import timezone
 
 from django_debounce import debounced_task, task
+from django_debounce.interrupts import WorkerExit
 
 from .models import CallLog, Order
 
@@ -213,3 +215,32 @@ def bill_atomic(account: str, **kw: Any) -> None:
             Order.objects.create(name=f"bill-{account}")  # IntegrityError: rolls the block back
     except Exception as exc:
         raise FlakyError(f"could not bill {account}") from exc
+
+
+def _base_exception(kind: str) -> BaseException:
+    """What ``wrk.raises_base`` raises: ``sys.exit(3)``, a Ctrl-C, a cancelled coroutine."""
+    return {
+        "exit": SystemExit(3),
+        "interrupt": KeyboardInterrupt("pressed"),
+        "cancelled": asyncio.CancelledError("cancelled"),
+        "worker_exit": WorkerExit(1),  # the worker's second signal landing in the task
+    }[kind]
+
+
+@task(name="wrk.raises_base", max_retries=0)
+def raises_base(kind: str) -> None:
+    """Log the run, then raise a ``BaseException`` that is not an ``Exception`` (by ``kind``)."""
+    log("wrk.raises_base", key=kind)
+    raise _base_exception(kind)
+
+
+@task(name="wrk.async_raises_base", max_retries=0)
+async def async_raises_base(kind: str) -> None:
+    """``wrk.raises_base`` as an ``async def`` task (``self_cancel``: it cancels its own coroutine)."""
+    await sync_to_async(log)("wrk.async_raises_base", key=kind)
+    if kind == "self_cancel":
+        current = asyncio.current_task()
+        assert current is not None
+        current.cancel()
+        await asyncio.sleep(1)
+    raise _base_exception(kind)
