@@ -67,7 +67,25 @@ def test_a_success_returns_the_stored_result(clock):
 
 @pytest.mark.parametrize(
     ("args", "kwargs"),
-    [(["abc"], {}), ([None], {}), ([], {}), ([1, 2], {}), ([True], {}), ([], {"jid": 1})],
+    [
+        (["abc"], {}),
+        ([None], {}),
+        ([], {}),
+        ([1, 2], {}),
+        ([True], {}),
+        ([], {"jid": 1}),
+        # Unicode digits pass str.isdigit(); int() refuses '²' and reads '١' (Arabic-Indic) as 1.
+        (["²"], {}),
+        (["١"], {}),
+        ([], {"job_id": "٣"}),
+        # Out of the BigAutoField range: 5,000 digits (past int()'s 4,300-digit limit), 2**63, 0, -1.
+        (["9" * 5000], {}),
+        ([10**5000], {}),
+        ([2**63], {}),
+        ([str(2**63)], {}),
+        ([0], {}),
+        ([-1], {}),
+    ],
 )
 def test_a_hand_crafted_message_with_bad_arguments_is_one_error_line(clock, caplog, args, kwargs):
     job = record.delay("b")
@@ -77,7 +95,10 @@ def test_a_hand_crafted_message_with_bad_arguments_is_one_error_line(clock, capl
     (line,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert line.levelno == logging.ERROR and line.exc_info is None
     assert line.getMessage().startswith("ignored a django_debounce.run_job message with args=")
-    assert "it takes one job id (an integer)" in line.getMessage()
+    assert "it takes one job id (an integer, 1 to 2**63 - 1, or its ASCII decimal digits)" in (
+        line.getMessage()
+    )
+    assert len(line.getMessage()) < 600, "a long argument is cut, not logged whole"
     assert Job.objects.get(pk=job.pk).status == Status.RUNNING, "no job was touched"
 
 
