@@ -169,9 +169,13 @@ def _resolve_keys(
             if options.debounce_key is None:
                 debounce_key = keys.default_key(bound)
             else:
-                debounce_key = keys.resolve_key(options.debounce_key, bound, args, kwargs)
+                debounce_key = keys.resolve_key(
+                    options.debounce_key, bound, args, kwargs, option="debounce_key"
+                )
         if options.unique_key is not None:
-            unique_key = keys.resolve_key(options.unique_key, bound, args, kwargs)
+            unique_key = keys.resolve_key(
+                options.unique_key, bound, args, kwargs, option="unique_key"
+            )
         elif options.idempotent:
             unique_key = keys.default_key(bound)
     except KeyResolutionError as exc:  # name the call: the key's own message does not
