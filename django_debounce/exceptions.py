@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import DatabaseError
+
 
 class DebounceError(Exception):
     """A django_debounce error occurred."""
@@ -32,6 +34,16 @@ class PayloadError(DebounceError, TypeError):
 
 class EnqueueContentionError(DebounceError):
     """The enqueue kept losing races or lock waits and gave up; nothing was written (§4.4)."""
+
+
+class NotMigratedError(DebounceError, DatabaseError):
+    """The database has no django_debounce tables: run ``python manage.py migrate``.
+
+    Raised by an enqueue (``delay()``, ``apply_async()``, ``enqueue()``,
+    ``enqueue_many()``, ``DeadLetter.retry()``) whose write failed because a
+    table is missing, chained from the driver's error. Also a Django
+    ``DatabaseError``, so code that caught the driver's error still does.
+    """
 
 
 class UnknownTaskError(DebounceError, LookupError):
