@@ -16,13 +16,13 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import DatabaseError, connections, router
 
 from .conf import DEFAULTS
-from .wakeup_modes import has_notify_support
+from .wakeup_modes import NOTIFY_TRIGGERS, has_notify_support
 from .wakeup_settings import WAKEUP_MODES
 
 #: The cache backend DEBOUNCE_REDIS must name (check E024).
 DJANGO_REDIS_BACKEND = "django_redis.cache.RedisCache"
 #: The triggers of migration 0007_wakeup_notify (check W011).
-TRIGGERS = ("django_debounce_wakeup_insert", "django_debounce_wakeup_update")
+TRIGGERS = NOTIFY_TRIGGERS
 
 
 def _setting(name: str) -> Any:
