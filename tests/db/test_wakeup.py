@@ -255,6 +255,26 @@ def test_a_worker_without_the_notify_triggers_warns_once_and_polls(caplog):
     ]
 
 
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_w011_only_when_migration_0007_is_applied_and_its_triggers_are_gone():
+    def w011() -> list[str]:
+        found = run_checks(databases=["default"])
+        return [m.hint for m in found if m.id == "django_debounce.W011"]
+
+    assert w011() == []
+    with connection.cursor() as cursor:  # all undone with the test's transaction
+        for name in TRIGGERS:
+            cursor.execute(f"DROP TRIGGER {name} ON django_debounce_job")
+        (hint,) = w011()
+        assert "re-apply it with manage.py migrate django_debounce 0006" in hint
+        cursor.execute(
+            "DELETE FROM django_migrations WHERE app = 'django_debounce' AND name = %s",
+            ["0007_wakeup_notify"],
+        )
+    assert w011() == [], "0007 not applied yet (as during migrate): nothing to warn about"
+
+
 # -- the Redis publisher (a private redis-server) ------------------------------------------------
 
 

@@ -59,3 +59,18 @@ def test_a_command_on_an_unmigrated_database_prints_one_line(fresh_env, argv: li
         "CommandError: no django_debounce tables in database 'default':"
         " run python manage.py migrate.\n"
     )
+
+
+def test_migrate_on_a_fresh_database_warns_nothing(fresh_env):
+    """W011 (the NOTIFY triggers missing) does not apply before migration 0007 has run."""
+    done = subprocess.run(
+        [sys.executable, "-m", "django", "migrate", "--no-input"],
+        env=fresh_env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Applying django_debounce.0007_wakeup_notify... OK" in done.stdout
+    assert "WARNINGS" not in done.stdout + done.stderr, done.stdout + done.stderr
