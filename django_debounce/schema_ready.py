@@ -1,4 +1,4 @@
-"""Tell "``migrate`` was not run" apart from other database errors of an enqueue (decision 163).
+"""Tell "``migrate`` was not run" apart from other database errors of an enqueue (decision 162).
 
 An enqueue does not check the tables first (that would cost a query per
 call); when its write fails with a ``DatabaseError``, :func:`not_migrated`

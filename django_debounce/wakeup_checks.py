@@ -97,7 +97,7 @@ def check_wakeup(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
 def check_notify_triggers(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """W011 (database): the LISTEN/NOTIFY wake-up is on, migration 0007 is applied, its triggers are gone.
 
-    Silent while ``0007_wakeup_notify`` is not applied (decision 165): on a
+    Silent while ``0007_wakeup_notify`` is not applied (decision 163): on a
     fresh database ``migrate`` runs this check before it creates the triggers.
     """
     databases = kwargs.get("databases") or []

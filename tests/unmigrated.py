@@ -1,6 +1,6 @@
 """An empty database beside the test database, on the same server (never migrated).
 
-For the tests of what a user sees before ``migrate`` (decisions 130 and 163): a
+For the tests of what a user sees before ``migrate`` (decisions 130 and 162): a
 fresh SQLite file, or on PostgreSQL and MariaDB/MySQL a database created next to
 the test database (its name plus ``_bare``) and dropped afterwards.
 """

@@ -1,4 +1,4 @@
-"""An enqueue on a database the package's migrations never ran on (decision 163).
+"""An enqueue on a database the package's migrations never ran on (decision 162).
 
 The driver's error (``ProgrammingError`` on PostgreSQL and MariaDB,
 ``OperationalError`` on SQLite) becomes the package's ``NotMigratedError``,
