@@ -92,7 +92,9 @@ def celery_queue(queue: str) -> str:
     return settings.celery_queues.get(queue, queue)
 
 
-def publish(jobs: Iterable[Job], *, app: Any = None) -> tuple[int, int]:
+def publish(
+    jobs: Iterable[Job], *, app: Any = None, stopping: threading.Event | None = None
+) -> tuple[int, int]:
     """Publish one ``django_debounce.run_job`` message per handed-off job; return (sent, failed).
 
     Each message: argument the job id, task id ``str(job.pk)`` (so Flower and
@@ -101,13 +103,36 @@ def publish(jobs: Iterable[Job], *, app: Any = None) -> tuple[int, int]:
     :func:`celery_queue`. Call it after the hand-off claim committed. A
     publish that raises is logged (action ``publish_error``) and counted; that
     job waits for its hand-off lease to lapse and is handed off again.
+
+    Args:
+        stopping: once set (the dispatcher's SIGTERM), a publish retrying
+            through a broker outage gives up at its next retry
+            (``task_publish_retry_policy`` otherwise applies), and the jobs not
+            yet published are left, counted as failed, to their hand-off lease
+            (decision 164): stopping takes about one retry interval, not one
+            failing publish per job.
     """
     app = app if app is not None else celery_app()
+    policy = {"errback": _give_up_when(stopping)} if stopping is not None else None
     sent = failed = 0
-    for job in jobs:
+    jobs = list(jobs)
+    for index, job in enumerate(jobs):
+        if stopping is not None and stopping.is_set():
+            failed += len(jobs) - index
+            logger.info(
+                "stopping: %d handed-off job(s) not published; each is handed off again once "
+                "its hand-off lease lapses",
+                len(jobs) - index,
+                extra={"action": "publish_stopped"},
+            )
+            break
         try:
             app.send_task(
-                RUN_TASK, args=[job.pk], task_id=str(job.pk), queue=celery_queue(job.queue)
+                RUN_TASK,
+                args=[job.pk],
+                task_id=str(job.pk),
+                queue=celery_queue(job.queue),
+                retry_policy=policy,
             )
         except Exception:
             failed += 1
@@ -123,6 +148,16 @@ def publish(jobs: Iterable[Job], *, app: Any = None) -> tuple[int, int]:
     return sent, failed
 
 
+def _give_up_when(stopping: threading.Event) -> Any:
+    """Return a kombu retry ``errback`` that re-raises the broker's error once ``stopping`` is set."""
+
+    def errback(exc: BaseException, interval: float) -> None:
+        if stopping.is_set():
+            raise exc
+
+    return errback
+
+
 def default_scheduler_id() -> str:
     """Return a scheduler identity: host:pid:random."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -136,6 +171,7 @@ def dispatch_due(
     scheduler_id: str | None = None,
     using: str | None = None,
     app: Any = None,
+    stopping: threading.Event | None = None,
 ) -> int:
     """Hand every due job of Celery-executor tasks to Celery, up to ``limit``; return how many.
 
@@ -147,7 +183,8 @@ def dispatch_due(
     runs; safe to run from several schedulers at once (the claim skips rows
     another one holds). Also runs the dead-letter auto-retry sweep when it
     is due in this process (``DEBOUNCE_DEAD_LETTER_AUTO_RETRY``, §8), as a
-    built-in worker does on its loop.
+    built-in worker does on its loop. Once ``stopping`` is set it claims no
+    more and publishes no more (:func:`publish`).
 
     Raises:
         ConfigurationError: Celery is missing or a setting is invalid.
@@ -162,7 +199,7 @@ def dispatch_due(
         using=using, lease=settings.lease, stopping=threading.Event(), renew=lambda: None
     )
     total = 0
-    while total < limit:
+    while total < limit and not (stopping is not None and stopping.is_set()):
         room = min(batch, limit - total)
         jobs = handoff.claim_for_handoff(
             scheduler_id=scheduler_id,
@@ -172,7 +209,7 @@ def dispatch_due(
             using=using,
         )
         if jobs:
-            publish(jobs, app=app)
+            publish(jobs, app=app, stopping=stopping)
         total += len(jobs)
         if len(jobs) < room:
             break
@@ -257,6 +294,7 @@ class Dispatcher:
                         scheduler_id=self.scheduler_id,
                         using=self.using,
                         app=app,
+                        stopping=self._stopping,
                     )
                     failures = 0
                 except (DatabaseError, InterfaceError) as exc:
