@@ -91,7 +91,9 @@ class JobContext:
                 reason = "max_wait"
             else:
                 reason = "not_debounced"
-        return cls(job=job, attempt=attempt, calls_collapsed=job.enqueue_count - 1, run_reason=reason)
+        return cls(
+            job=job, attempt=attempt, calls_collapsed=job.enqueue_count - 1, run_reason=reason
+        )
 
     @classmethod
     def inline(cls) -> JobContext:

@@ -42,8 +42,8 @@ from .log_fields import job_fields, jobs_fields
 from .models import Job, JobDependency
 from .options import Plan
 from .planning import plan_call
-from .schema_ready import not_migrated
 from .registry import RegisteredTask
+from .schema_ready import not_migrated
 from .signals import job_enqueued, send_signal
 from .validators import check_task_name
 

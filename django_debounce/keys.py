@@ -212,8 +212,7 @@ def resolve_key(
             key = spec(*args, **kwargs)
         except Exception as exc:
             raise KeyResolutionError(
-                f"the {option} callable {_callable_name(spec)} raised "
-                f"{type(exc).__name__}: {exc}"
+                f"the {option} callable {_callable_name(spec)} raised {type(exc).__name__}: {exc}"
             ) from exc
         return None if key is None else check_key(key)
     return resolve_template(spec, call)

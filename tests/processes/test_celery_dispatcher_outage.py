@@ -33,7 +33,11 @@ def _closed_port() -> int:
 @pytest.mark.parametrize("scheme", ["amqp", "redis"])
 def test_sigterm_during_a_broker_outage_stops_the_dispatcher_within_seconds(tmp_path, scheme):
     port = _closed_port()
-    url = f"amqp://guest:guest@127.0.0.1:{port}//" if scheme == "amqp" else f"redis://127.0.0.1:{port}/0"
+    url = (
+        f"amqp://guest:guest@127.0.0.1:{port}//"
+        if scheme == "amqp"
+        else f"redis://127.0.0.1:{port}/0"
+    )
     for i in range(100):
         record.delay(f"outage-{i}")
     env = child_env(

@@ -18,7 +18,13 @@ def test_only_positive_signed_64_bit_ids_can_name_a_row():
 
 
 def test_parse_id_takes_ascii_decimal_ids_in_range_and_nothing_else():
-    assert [parse_id(v) for v in (7, "7", " 42\n", str(MAX_ID), MAX_ID)] == [7, 7, 42, MAX_ID, MAX_ID]
+    assert [parse_id(v) for v in (7, "7", " 42\n", str(MAX_ID), MAX_ID)] == [
+        7,
+        7,
+        42,
+        MAX_ID,
+        MAX_ID,
+    ]
     # Unicode digits pass str.isdigit(): '²' makes int() raise, '١' (Arabic-Indic one) reads as 1.
     unicode_digits = ["²", "١", "٣٤", "１２", "⑦"]
     assert all(text.isdigit() for text in unicode_digits)
