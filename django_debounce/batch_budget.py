@@ -8,7 +8,7 @@ MySQL 8), and usually drop the connection with it (error 1153, or 2006 "server
 has gone away", which also means a lost connection). So a batch is bounded by
 bytes as well as rows (:func:`max_batch_bytes`, :func:`entry_bytes`), and after
 a failed batch :func:`database_answers` tells an outage (retry the batch) from a
-refusal of that statement (split it). Decision 153 in docs/decisions.md.
+refusal of that statement (split it). Decision 151 in docs/decisions.md.
 """
 
 from __future__ import annotations

@@ -33,7 +33,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from django.db import DEFAULT_DB_ALIAS, IntegrityError, OperationalError, router, transaction
+from django.db import (
+    DEFAULT_DB_ALIAS,
+    DatabaseError,
+    IntegrityError,
+    OperationalError,
+    router,
+    transaction,
+)
 from django.utils import timezone
 
 from . import lifecycle, registry, upsert
@@ -44,6 +51,7 @@ from .exceptions import ConfigurationError, DebounceError, EnqueueContentionErro
 from .models import Job
 from .options import Plan
 from .planning import plan_call
+from .schema_ready import not_migrated
 from .signals import job_enqueued, send_signal
 from .validators import check_task_name
 
@@ -103,6 +111,8 @@ def enqueue_many(calls: Iterable[Call | Sequence[Any]], *, using: str | None = N
             ``Call``/tuple of 2 to 4 items.
         EnqueueContentionError: lock contention outlasted the retry budget
             (``DEBOUNCE_ENQUEUE_RETRIES``) for the whole batch; nothing was written.
+        NotMigratedError: the database has no django_debounce tables (``migrate``
+            not run), chained from the driver's error.
     """
     if not settings.use_tz:
         refuse_without_tz("enqueue_many")
@@ -111,7 +121,13 @@ def enqueue_many(calls: Iterable[Call | Sequence[Any]], *, using: str | None = N
     if not plans:
         return []
     db = using or router.db_for_write(Job) or DEFAULT_DB_ALIAS
-    jobs = _write_retrying(plans, now, db)
+    try:
+        jobs = _write_retrying(plans, now, db)
+    except DatabaseError as exc:
+        error = not_migrated(exc, db, "enqueue_many")
+        if error is None:
+            raise
+        raise error from exc
     for job in jobs:
         send_signal(job_enqueued, job=job, outcome=job.outcome)
     return jobs

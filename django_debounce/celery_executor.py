@@ -75,6 +75,7 @@ def dispatch_due(
     scheduler_id: str | None = None,
     using: str | None = None,
     app: Any = None,
+    stopping: threading.Event | None = None,
 ) -> int:
     """Hand every due job of Celery-executor tasks to Celery, up to ``limit``; return how many.
 
@@ -88,7 +89,9 @@ def dispatch_due(
     is due in this process (``DEBOUNCE_DEAD_LETTER_AUTO_RETRY``, §8), as a
     built-in worker does on its loop, and, every 2 s, warns about hand-offs
     no Celery worker took 10 s after they were handed off
-    (:class:`~django_debounce.handoff_watch.UntakenWatch`).
+    (:class:`~django_debounce.handoff_watch.UntakenWatch`). Once ``stopping``
+    is set it claims no more and publishes no more
+    (:func:`~django_debounce.celery_routing.publish`).
 
     Raises:
         ConfigurationError: Celery is missing or a setting is invalid.
@@ -103,7 +106,7 @@ def dispatch_due(
         using=using, lease=settings.lease, stopping=threading.Event(), renew=lambda: None
     )
     total = 0
-    while total < limit:
+    while total < limit and not (stopping is not None and stopping.is_set()):
         room = min(batch, limit - total)
         jobs = handoff.claim_for_handoff(
             scheduler_id=scheduler_id,
@@ -113,11 +116,11 @@ def dispatch_due(
             using=using,
         )
         if jobs:
-            publish(jobs, app=app)
+            publish(jobs, app=app, stopping=stopping)
         total += len(jobs)
         if len(jobs) < room:
             break
-    # Hand-offs no Celery worker took: say so within seconds, not after the lease (decision 157).
+    # Hand-offs no Celery worker took: say so within seconds, not after the lease (decision 153).
     _untaken.run_if_due(
         lease=settings.celery_handoff_lease,
         route=lambda queue: celery_queue(queue, app=app),
@@ -204,6 +207,7 @@ class Dispatcher:
                         scheduler_id=self.scheduler_id,
                         using=self.using,
                         app=app,
+                        stopping=self._stopping,
                     )
                     failures = 0
                 except (DatabaseError, InterfaceError) as exc:
@@ -307,7 +311,7 @@ def failed_error(job: Job) -> JobFailedError:
 
 
 def retry_error(job: Job) -> JobRetryError:
-    """Return the :class:`JobRetryError` of ``job``, READY again after this attempt (decision 156)."""
+    """Return the :class:`JobRetryError` of ``job``, READY again after this attempt (decision 152)."""
     when = job.run_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     return JobRetryError(
         f"job {job.pk} ({job.task_name}) is READY again and runs at {when} under this task id: "

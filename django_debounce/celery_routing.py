@@ -5,7 +5,7 @@ Split from :mod:`django_debounce.celery_executor` so the paths layer
 the Celery queue a hand-off went to without importing the scheduler. Celery is
 imported lazily: importing this module needs no Celery.
 
-Routing (decisions 89 and 157): a job's queue maps through
+Routing (decisions 89 and 153): a job's queue maps through
 ``DEBOUNCE_CELERY_QUEUES``; an unlisted ``"default"`` (the package's default
 queue) goes to the app's ``task_default_queue`` (``"celery"`` unless the
 project changed it), the queue a plain ``celery worker`` consumes; any other
@@ -15,6 +15,7 @@ unlisted queue keeps its name.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable
 from typing import Any
 
@@ -75,7 +76,7 @@ def celery_default_queue(app: Any = None) -> str:
 
 
 def celery_queue(queue: str, *, app: Any = None) -> str:
-    """Return the Celery queue a job of debounce queue ``queue`` is published to (decisions 89, 157).
+    """Return the Celery queue a job of debounce queue ``queue`` is published to (decisions 89, 153).
 
     ``DEBOUNCE_CELERY_QUEUES[queue]`` when listed; else, for ``"default"``,
     the app's ``task_default_queue`` (normally ``"celery"``: what a plain
@@ -94,7 +95,9 @@ def celery_queue(queue: str, *, app: Any = None) -> str:
     return queue
 
 
-def publish(jobs: Iterable[Job], *, app: Any = None) -> tuple[int, int]:
+def publish(
+    jobs: Iterable[Job], *, app: Any = None, stopping: threading.Event | None = None
+) -> tuple[int, int]:
     """Publish one ``django_debounce.run_job`` message per handed-off job; return (sent, failed).
 
     Each message: argument the job id, task id ``str(job.pk)`` (so Flower and
@@ -104,18 +107,40 @@ def publish(jobs: Iterable[Job], *, app: Any = None) -> tuple[int, int]:
     publish that raises is logged (action ``publish_error``) and counted; that
     job waits for its hand-off lease to lapse and is handed off again.
 
+    Args:
+        jobs: the handed-off jobs.
+        app: the Celery app (default :func:`celery_app`).
+        stopping: once set (the dispatcher's SIGTERM), a publish retrying
+            through a broker outage gives up at its next retry
+            (``task_publish_retry_policy`` otherwise applies), and the jobs not
+            yet published are left, counted as failed, to their hand-off lease
+            (decision 160): stopping takes about one retry interval, not one
+            failing publish per job.
+
     Raises:
         ConfigurationError: ``app`` is ``None`` and no Celery app loads.
     """
     app = app if app is not None else celery_app()
+    policy = {"errback": _give_up_when(stopping)} if stopping is not None else None
     sent = failed = 0
-    for job in jobs:
+    jobs = list(jobs)
+    for index, job in enumerate(jobs):
+        if stopping is not None and stopping.is_set():
+            failed += len(jobs) - index
+            logger.info(
+                "stopping: %d handed-off job(s) not published; each is handed off again once "
+                "its hand-off lease lapses",
+                len(jobs) - index,
+                extra={"action": "publish_stopped"},
+            )
+            break
         try:
             app.send_task(
                 RUN_TASK,
                 args=[job.pk],
                 task_id=str(job.pk),
                 queue=celery_queue(job.queue, app=app),
+                retry_policy=policy,
             )
         except Exception:
             failed += 1
@@ -129,6 +154,16 @@ def publish(jobs: Iterable[Job], *, app: Any = None) -> tuple[int, int]:
         else:
             sent += 1
     return sent, failed
+
+
+def _give_up_when(stopping: threading.Event) -> Any:
+    """Return a kombu retry ``errback`` that re-raises the broker's error once ``stopping`` is set."""
+
+    def errback(exc: BaseException, interval: float) -> None:
+        if stopping.is_set():
+            raise exc
+
+    return errback
 
 
 __all__ = [

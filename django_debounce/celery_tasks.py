@@ -16,6 +16,7 @@ from celery.exceptions import Ignore, Retry
 
 from . import celery_executor
 from .exceptions import JobFailedError
+from .job_ids import parse_id
 from .models import Job
 
 logger = logging.getLogger("django_debounce.celery")
@@ -26,7 +27,7 @@ def run_job(*args: object, **kwargs: object) -> object:
     """Run the handed-off job whose id is the one argument (:func:`~django_debounce.celery_executor.take_and_run`).
 
     The message's task id is the job id, so every hand-off of one job shares
-    one Celery result. What Celery records (decisions 138 and 156,
+    one Celery result. What Celery records (decisions 138 and 152,
     docs/howto/celery.md "What Flower and AsyncResult show"):
 
     * SUCCESS with the job's stored result: the job succeeded;
@@ -68,20 +69,27 @@ def run_job(*args: object, **kwargs: object) -> object:
 def _job_id(args: tuple[object, ...], kwargs: dict[str, object]) -> int | None:
     """Return the job id a ``run_job`` message carries, or log why it carries none and return ``None``."""
     value = args[0] if len(args) == 1 and not kwargs else kwargs.get("job_id", args)
-    if len(args) + len(kwargs) == 1 and not isinstance(value, bool):
-        if isinstance(value, int):
-            return value
-        if isinstance(value, str) and value.strip().isdigit():
-            return int(value)
+    if len(args) + len(kwargs) == 1 and (job_id := parse_id(value)) is not None:
+        return job_id
     logger.error(
-        "ignored a %s message with args=%r kwargs=%r: it takes one job id (an integer); "
+        "ignored a %s message with args=%s kwargs=%s: it takes one job id "
+        "(an integer, 1 to 2**63 - 1, or its ASCII decimal digits); "
         "the dispatcher publishes these, a hand-made message must too",
         celery_executor.RUN_TASK,
-        list(args),
-        kwargs,
+        _shown(list(args)),
+        _shown(kwargs),
         extra={"action": "bad_message"},
     )
     return None
+
+
+def _shown(value: object) -> str:
+    """Return ``repr(value)`` cut to 200 characters; a number too long for ``repr`` is named instead."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int past sys.get_int_max_str_digits()
+        return "<a value holding a number too long to print>"
+    return text if len(text) <= 200 else f"{text[:200]}... ({len(text)} characters)"
 
 
 @shared_task(name=celery_executor.DISPATCH_TASK, ignore_result=True)

@@ -93,7 +93,7 @@ DEFAULTS: dict[str, Any] = {
     # Dotted path of the Celery app to publish with; None: Celery's current app.
     "CELERY_APP": None,
     # How long a job naming a task this process does not know is put back, not dead-lettered
-    # (a rolling deploy; unknown_tasks.py, decision 158). 0: dead-letter at once.
+    # (a rolling deploy; unknown_tasks.py, decision 154). 0: dead-letter at once.
     "UNKNOWN_TASK_GRACE": "10m",
 }
 

@@ -41,11 +41,14 @@ class JobContext:
             job's ``attempts`` counter, which also counts a run whose worker
             died (§11). Same name and meaning as Django's
             ``TaskContext.attempt``. 1 when called inline.
-        calls_collapsed: how many enqueue calls the job's window collapsed
-            into this job (``Job.enqueue_count``: 1 for a job enqueued once, N
-            after a burst of N calls, §4.2). A coalesced call (§6) is not
-            counted: it returns the job without touching it. 1 when called
-            inline.
+        calls_collapsed: how many calls joined the job's open window after
+            the one that opened it (``Job.enqueue_count - 1``: 0 for a job
+            enqueued once, N - 1 after a burst of N calls, §4.2), the one
+            meaning of "calls collapsed" in the package (the admin column, the
+            ``django_debounce_debounced_total`` metric, decision 161). A
+            coalesced call (§6) is not counted: it returns the job without
+            touching it. 0 when called inline; ``job.enqueue_count`` is every
+            call the run serves.
         run_reason: why this run started when it did:
 
             * ``"quiet"``: the debounce window went quiet (no call for a
@@ -88,9 +91,11 @@ class JobContext:
                 reason = "max_wait"
             else:
                 reason = "not_debounced"
-        return cls(job=job, attempt=attempt, calls_collapsed=job.enqueue_count, run_reason=reason)
+        return cls(
+            job=job, attempt=attempt, calls_collapsed=job.enqueue_count - 1, run_reason=reason
+        )
 
     @classmethod
     def inline(cls) -> JobContext:
         """Return the context a direct (inline) call of the task receives: no job, attempt 1."""
-        return cls(job=None, attempt=1, calls_collapsed=1, run_reason="inline")
+        return cls(job=None, attempt=1, calls_collapsed=0, run_reason="inline")

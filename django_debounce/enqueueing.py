@@ -21,7 +21,14 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import NoReturn
 
-from django.db import DEFAULT_DB_ALIAS, IntegrityError, OperationalError, router, transaction
+from django.db import (
+    DEFAULT_DB_ALIAS,
+    DatabaseError,
+    IntegrityError,
+    OperationalError,
+    router,
+    transaction,
+)
 from django.utils import timezone
 
 from . import codec, lifecycle, registry, upsert
@@ -36,6 +43,7 @@ from .models import Job, JobDependency
 from .options import Plan
 from .planning import plan_call
 from .registry import RegisteredTask
+from .schema_ready import not_migrated
 from .signals import job_enqueued, send_signal
 from .validators import check_task_name
 
@@ -71,8 +79,8 @@ def enqueue(
         ConfigurationError: as for :meth:`Task.apply_async`; also a task name
             that is not a non-empty ``str`` of at most 255 characters without
             NUL or lone surrogates (``Job.task_name``), raised before any SQL.
-        KeyResolutionError, PayloadError, EnqueueContentionError: as for
-            :meth:`Task.apply_async`.
+        KeyResolutionError, PayloadError, EnqueueContentionError,
+            NotMigratedError: as for :meth:`Task.apply_async`.
     """
     if not isinstance(task_name, str) or not task_name:
         raise ConfigurationError(f"enqueue() needs a task name (str), got {task_name!r}.")
@@ -135,8 +143,21 @@ def write(plan: Plan, now: datetime, using: str | None = None) -> Job:
     Raises:
         EnqueueContentionError: the retry budget (``DEBOUNCE_ENQUEUE_RETRIES``)
             ran out; nothing was written.
+        NotMigratedError: the database has no django_debounce tables
+            (``migrate`` not run), chained from the driver's error.
     """
     db = using or router.db_for_write(Job) or DEFAULT_DB_ALIAS
+    try:
+        return _write_retrying(plan, now, db)
+    except DatabaseError as exc:
+        error = not_migrated(exc, db, f"enqueue of {plan.task_name!r}")
+        if error is None:
+            raise
+        raise error from exc
+
+
+def _write_retrying(plan: Plan, now: datetime, db: str) -> Job:
+    """The body of :func:`write`: the attempts, each atomic, within the retry budget."""
     budget = max(1, settings.enqueue_retries)
     last: Exception | None = None
     # One INSERT … ON CONFLICT slides or opens the window (no read, no row lock first).

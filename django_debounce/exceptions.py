@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import DatabaseError
+
 
 class DebounceError(Exception):
     """A django_debounce error occurred."""
@@ -34,6 +36,16 @@ class EnqueueContentionError(DebounceError):
     """The enqueue kept losing races or lock waits and gave up; nothing was written (§4.4)."""
 
 
+class NotMigratedError(DebounceError, DatabaseError):
+    """The database has no django_debounce tables: run ``python manage.py migrate``.
+
+    Raised by an enqueue (``delay()``, ``apply_async()``, ``enqueue()``,
+    ``enqueue_many()``, ``DeadLetter.retry()``) whose write failed because a
+    table is missing, chained from the driver's error. Also a Django
+    ``DatabaseError``, so code that caught the driver's error still does.
+    """
+
+
 class UnknownTaskError(DebounceError, LookupError):
     """No task is registered under that name in this process."""
 
@@ -53,7 +65,7 @@ class JobRetryError(DebounceError):
     The result the Celery task ``django_debounce.run_job`` stores (in Celery's
     ``RETRY`` state, raised inside :class:`celery.exceptions.Retry`) when the
     attempt it ran failed with a retry scheduled, or when its task is not yet
-    known to the Celery worker (decision 156). A later attempt's ``SUCCESS``
+    known to the Celery worker (decision 152). A later attempt's ``SUCCESS``
     or ``FAILURE`` replaces it; Celery's result backends never replace a
     ``SUCCESS``, which is why a retried attempt must not end in one. Never
     raised by the built-in worker.

@@ -48,7 +48,7 @@ def run_job(
     (:func:`~django_debounce.outcomes.record_failure`: a retry or a dead letter),
     ``BaseException`` subclasses included: a task that calls ``sys.exit(3)`` or
     raises ``KeyboardInterrupt`` or ``asyncio.CancelledError`` has failed, with
-    the error ``"SystemExit: 3"`` (decision 152), and the calling thread goes on.
+    the error ``"SystemExit: 3"`` (decision 150), and the calling thread goes on.
 
     Inside a caller's transaction (an inline ``--burst`` in a test, say) the
     task runs after a savepoint: a database error in the task rolls back to
@@ -110,7 +110,7 @@ def run_job(
             transaction.savepoint_commit(savepoint, using=using)
     except BaseException as exc:  # SystemExit, KeyboardInterrupt too: the run's error
         if is_host_stop(exc):
-            raise  # a signal handler ending the process, not the task (decision 152)
+            raise  # a signal handler ending the process, not the task (decision 150)
         logger.exception(
             "job %s (%s) raised",
             job.pk,

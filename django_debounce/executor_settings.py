@@ -48,7 +48,7 @@ def parse_celery_queues(value: Any) -> dict[str, str]:
             Celery queue its jobs are published to, e.g. ``{"mail":
             "celery-mail"}``. A queue not listed publishes to the Celery queue
             of the same name (decision 89), except ``"default"``, which goes to
-            the Celery app's ``task_default_queue`` (decision 157).
+            the Celery app's ``task_default_queue`` (decision 153).
 
     Raises:
         ConfigurationError: not a dict, or a key or value that is not a
@@ -79,7 +79,7 @@ def parse_celery_queues(value: Any) -> dict[str, str]:
 
 
 def parse_unknown_task_grace(value: Any) -> timedelta:
-    """Validate ``DEBOUNCE_UNKNOWN_TASK_GRACE`` and return it (decision 158).
+    """Validate ``DEBOUNCE_UNKNOWN_TASK_GRACE`` and return it (decision 154).
 
     Args:
         value: a duration (``"10m"``, seconds, a ``timedelta``): how long after

@@ -1,4 +1,4 @@
-"""Warn within seconds about hand-offs no Celery worker takes (issue #17 item 11, decision 157).
+"""Warn within seconds about hand-offs no Celery worker takes (issue #17 item 11, decision 153).
 
 A job handed to Celery waits for a worker under its hand-off lease
 (``DEBOUNCE_CELERY_HANDOFF_LEASE``, 5 minutes by default); the lapse logs that

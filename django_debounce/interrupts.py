@@ -3,7 +3,7 @@
 A task (or a value it returned, while it is stored) may raise anything,
 ``BaseException`` subclasses included: ``sys.exit()`` gives ``SystemExit``,
 ``asyncio.CancelledError`` and ``KeyboardInterrupt`` are ``BaseException`` too.
-Those are the run's outcome, recorded like any error (decision 152 in
+Those are the run's outcome, recorded like any error (decision 150 in
 docs/decisions.md). What stops the process itself is not: the worker's second
 SIGTERM/SIGINT (:class:`WorkerExit`) and Celery's cold shutdown
 (``WorkerShutdown``/``WorkerTerminate``) are all subclasses of ``SystemExit``

@@ -192,15 +192,39 @@ def resolve_key(
     call: BoundCall,
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
+    *,
+    option: str = "key",
 ) -> str | None:
     """Resolve a key option: a template, or a callable taking the task's arguments.
 
     A callable may return ``None`` to opt this call out of keying.
+
+    Args:
+        option: the option's name for messages (``"debounce_key"``, ``"unique_key"``).
+
+    Raises:
+        KeyResolutionError: the template does not resolve, the key is not
+            usable text (:func:`check_key`), or the callable raised (chained
+            from its exception, naming ``option`` and the callable).
     """
     if callable(spec):
-        key = spec(*args, **kwargs)
+        try:
+            key = spec(*args, **kwargs)
+        except Exception as exc:
+            raise KeyResolutionError(
+                f"the {option} callable {_callable_name(spec)} raised {type(exc).__name__}: {exc}"
+            ) from exc
         return None if key is None else check_key(key)
     return resolve_template(spec, call)
+
+
+def _callable_name(spec: Callable[..., Any]) -> str:
+    """Return ``module.qualname`` of a key callable (its ``repr`` when it has none)."""
+    name = getattr(spec, "__qualname__", None)
+    module = getattr(spec, "__module__", None)
+    if not isinstance(name, str):
+        return repr(spec)
+    return f"{module}.{name}" if isinstance(module, str) else name
 
 
 def default_key(call: BoundCall) -> str:

@@ -33,6 +33,7 @@ from .validators import (
     check_priority,
     check_queue,
     check_window,
+    did_you_mean,
 )
 
 #: A key option (§3): a template ``str``, or a callable of the task's arguments
@@ -172,7 +173,8 @@ def declare(where: str, options: Mapping[str, object]) -> TaskOptions:
     unknown = sorted(set(options) - TASK_OPTIONS)
     if unknown:
         raise ConfigurationError(
-            f"{where}: unknown option(s) {unknown}; accepted: {', '.join(sorted(TASK_OPTIONS))}."
+            f"{where}: unknown option(s) {unknown}{did_you_mean(unknown, TASK_OPTIONS)}; "
+            f"accepted: {', '.join(sorted(TASK_OPTIONS))}."
         )
     later = ("expires", "min_backoff", "max_backoff", "metadata")
     first = {name: value for name, value in options.items() if name not in later}

@@ -262,7 +262,7 @@ class SuccessBatch:
         :func:`~django_debounce.outcomes.record_success` as its short ``repr``
         (when the server drops the statement) or as it is (which stores a
         short ``repr`` or a dead letter instead, §7); it is never retried
-        forever (decision 153). If the database does not answer, the batch is
+        forever (decision 151). If the database does not answer, the batch is
         retried through transient errors for ``retry_for``. A run found
         reclaimed is logged and discarded (§11).
 

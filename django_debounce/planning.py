@@ -21,7 +21,7 @@ from .exceptions import ConfigurationError, KeyResolutionError
 from .models import Job
 from .options import CALL_OPTIONS, Plan, TaskOptions, merge_call
 from .registry import RegisteredTask
-from .validators import check_duration
+from .validators import check_duration, did_you_mean
 
 #: Options of a call of a task this process never imported: the defaults of §2.
 _UNREGISTERED = TaskOptions()
@@ -132,11 +132,11 @@ def _check_shape(
         ConfigurationError: an option not in ``CALL_OPTIONS``; ``args`` not a
             list or tuple; ``kwargs`` not a mapping; a bad ``depends_on``.
     """
-    unknown = set(options) - CALL_OPTIONS
+    unknown = sorted(set(options) - CALL_OPTIONS)
     if unknown:
         raise ConfigurationError(
-            f"unknown enqueue option(s) {sorted(unknown)} for task {task_name!r}; "
-            f"accepted: {', '.join(sorted(CALL_OPTIONS))}."
+            f"unknown enqueue option(s) {unknown} for task {task_name!r}"
+            f"{did_you_mean(unknown, CALL_OPTIONS)}; accepted: {', '.join(sorted(CALL_OPTIONS))}."
         )
     if not isinstance(args, list | tuple):
         raise ConfigurationError(f"args must be a tuple or list, got {type(args).__name__}.")
@@ -169,9 +169,13 @@ def _resolve_keys(
             if options.debounce_key is None:
                 debounce_key = keys.default_key(bound)
             else:
-                debounce_key = keys.resolve_key(options.debounce_key, bound, args, kwargs)
+                debounce_key = keys.resolve_key(
+                    options.debounce_key, bound, args, kwargs, option="debounce_key"
+                )
         if options.unique_key is not None:
-            unique_key = keys.resolve_key(options.unique_key, bound, args, kwargs)
+            unique_key = keys.resolve_key(
+                options.unique_key, bound, args, kwargs, option="unique_key"
+            )
         elif options.idempotent:
             unique_key = keys.default_key(bound)
     except KeyResolutionError as exc:  # name the call: the key's own message does not

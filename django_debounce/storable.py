@@ -7,7 +7,7 @@ functions never raise: :func:`storable_result` for a return value,
 :func:`storable_text` for any text. "Never" includes a value whose own code
 raises while it is read: an ``__iter__``, ``__getattribute__``, ``__repr__``
 or ``__str__`` that raises, ``SystemExit`` and other ``BaseException`` subclasses
-included (decision 151 in docs/decisions.md); only a stop of the process
+included (decision 149 in docs/decisions.md); only a stop of the process
 itself (:func:`~django_debounce.interrupts.is_host_stop`) goes through.
 """
 
@@ -102,7 +102,7 @@ def storable_result(value: object) -> Any:
     ``DEBOUNCE_MAX_PAYLOAD_BYTES``, a dict with a key that is not a ``str``
     (a tuple, an int), and a value whose own code raises while it is read (an
     ``__iter__`` or ``__getattribute__`` that raises, whatever it raises;
-    decision 151). A result that cannot be written must never turn a
+    decision 149). A result that cannot be written must never turn a
     successful run into a rerun.
 
     Raises:

@@ -176,6 +176,8 @@ class Task(Generic[P, R]):
             KeyResolutionError: a key placeholder does not resolve (§3).
             PayloadError: an argument the codec cannot store (§5).
             EnqueueContentionError: lock contention outlasted the retry budget (§4.4).
+            NotMigratedError: the database has no django_debounce tables (run
+                ``python manage.py migrate``).
         """
         from .enqueueing import enqueue_call
 

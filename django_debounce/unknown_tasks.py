@@ -5,7 +5,7 @@ worker does not know is dead-lettered (``unknown_task:``); the worker never
 imports a dotted path taken from the database. During a rolling deploy,
 though, a worker started before the code that declares a task (for the other
 executor, or at all) claims that task's first jobs within seconds of their
-enqueue. So (decision 158) a job is dead-lettered only once
+enqueue. So (decision 154) a job is dead-lettered only once
 ``DEBOUNCE_UNKNOWN_TASK_GRACE`` (10 minutes) has passed since its last
 enqueue (``last_enqueued_at``); before that it is put back READY, its attempt
 not counted, to be claimed again :data:`RECHECK` later, by a process that

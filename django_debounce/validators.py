@@ -7,7 +7,9 @@ Each returns the value it accepts or raises
 
 from __future__ import annotations
 
+import difflib
 import json
+from collections.abc import Iterable, Sequence
 from datetime import timedelta
 
 from . import codec
@@ -182,3 +184,22 @@ def check_metadata(metadata: dict[str, object], where: str) -> None:
             f"{settings.max_payload_bytes:,} (DEBOUNCE_MAX_PAYLOAD_BYTES). Keep metadata to "
             "a few labels; store bulk data elsewhere."
         )
+
+
+def did_you_mean(unknown: Sequence[str], accepted: Iterable[str]) -> str:
+    """Return the "did you mean" part of an unknown-option message, or ``""`` when nothing is close.
+
+    Each unknown name is matched with :func:`difflib.get_close_matches` (as
+    Django's ``check`` and ``manage.py`` do for settings and commands) against
+    ``accepted``. One unknown name: ``" (did you mean 'debounce_max_wait'?)"``;
+    several: ``" (did you mean 'a' for 'x', 'b' for 'y'?)"`` (only those with a
+    close match).
+    """
+    choices = sorted(accepted)
+    pairs = [(name, difflib.get_close_matches(name, choices, n=1)) for name in unknown]
+    found = [(name, meant[0]) for name, meant in pairs if meant]
+    if not found:
+        return ""
+    if len(unknown) == 1:
+        return f" (did you mean {found[0][1]!r}?)"
+    return " (did you mean " + ", ".join(f"{meant!r} for {name!r}" for name, meant in found) + "?)"

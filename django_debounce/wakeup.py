@@ -32,7 +32,7 @@ from django.utils import timezone
 from .conf import settings
 from .deadlines import next_run_at
 from .wakeup_listener import ListenerThread
-from .wakeup_modes import has_notify_support, wakeup_mode
+from .wakeup_modes import has_notify_support, notify_triggers_missing, wakeup_mode
 from .wakeup_redis import RedisListener
 
 logger = logging.getLogger("django_debounce.wakeup")
@@ -75,10 +75,22 @@ def start_wakeup(
         using: the worker's database alias.
         listen: False starts nothing (a ``--burst`` worker never sleeps for new work).
 
+    LISTEN/NOTIFY on a database without the triggers of migration
+    ``0007_wakeup_notify`` would never hear a thing: then one WARNING names the
+    migration and the worker polls (one ``pg_trigger`` query at start).
+
     Raises:
         ConfigurationError: ``DEBOUNCE_WAKEUP`` or ``DEBOUNCE_REDIS`` is invalid.
     """
     mode = wakeup_mode(using) if listen else "poll"
+    if mode == "notify" and notify_triggers_missing(using):
+        logger.warning(
+            "wake-up: polling, not LISTEN/NOTIFY: database %r lacks the triggers of migration "
+            "django_debounce.0007_wakeup_notify (run manage.py migrate django_debounce)",
+            using,
+            extra={"action": "wakeup_no_triggers"},
+        )
+        mode = "poll"
     waker: Waker
     if mode == "notify":
         waker = PostgresListener(event, queues=queues, using=using)

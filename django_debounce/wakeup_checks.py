@@ -2,7 +2,7 @@
 
 ``DEBOUNCE_WAKEUP`` and ``DEBOUNCE_REDIS`` (decisions 80, 82), checked
 against the database the jobs are written to and ``CACHES``. W011 reads the
-database (the LISTEN/NOTIFY triggers of migration 0006) and so runs only
+database (the LISTEN/NOTIFY triggers of migration 0007) and so runs only
 with ``manage.py check --database default`` (Django's ``database`` tag).
 """
 
@@ -14,15 +14,16 @@ from django.apps import apps
 from django.conf import settings as django_settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import DatabaseError, connections, router
+from django.db.migrations.recorder import MigrationRecorder
 
 from .conf import DEFAULTS
-from .wakeup_modes import has_notify_support
+from .wakeup_modes import has_notify_support, notify_triggers_missing
 from .wakeup_settings import WAKEUP_MODES
 
 #: The cache backend DEBOUNCE_REDIS must name (check E024).
 DJANGO_REDIS_BACKEND = "django_redis.cache.RedisCache"
-#: The triggers of migration 0007_wakeup_notify (check W011).
-TRIGGERS = ("django_debounce_wakeup_insert", "django_debounce_wakeup_update")
+#: The migration that creates the NOTIFY triggers (check W011), as ``MigrationRecorder.applied_migrations()`` keys it.
+NOTIFY_MIGRATION = ("django_debounce", "0007_wakeup_notify")
 
 
 def _setting(name: str) -> Any:
@@ -94,7 +95,11 @@ def check_wakeup(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
 
 
 def check_notify_triggers(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """W011 (database): the LISTEN/NOTIFY wake-up is on but its triggers are missing."""
+    """W011 (database): the LISTEN/NOTIFY wake-up is on, migration 0007 is applied, its triggers are gone.
+
+    Silent while ``0007_wakeup_notify`` is not applied (decision 159): on a
+    fresh database ``migrate`` runs this check before it creates the triggers.
+    """
     databases = kwargs.get("databases") or []
     alias = _jobs_alias()
     if alias not in databases or _mode() not in ("auto", "notify"):
@@ -103,21 +108,22 @@ def check_notify_triggers(app_configs: Any = None, **kwargs: Any) -> list[CheckM
     if connection.vendor != "postgresql":
         return []
     try:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT count(*) FROM pg_trigger WHERE tgname IN (%s, %s) AND NOT tgisinternal",
-                list(TRIGGERS),
-            )
-            found = int(cursor.fetchone()[0])
+        recorder = MigrationRecorder(connection)
+        # Not applied yet (a fresh database, and so every `migrate` that will create the
+        # triggers): an unapplied migration, which Django reports itself; the worker warns.
+        if not recorder.has_table() or NOTIFY_MIGRATION not in recorder.applied_migrations():
+            return []
     except DatabaseError:  # no database yet: migrate reports it
         return []
-    if found == len(TRIGGERS):
+    if not notify_triggers_missing(alias):
         return []
     return [
         Warning(
             f"The LISTEN/NOTIFY triggers of django_debounce are missing on database {alias!r}; "
             "idle workers wake only by polling.",
-            hint="Run manage.py migrate django_debounce (migration 0007_wakeup_notify).",
+            hint="Migration 0007_wakeup_notify is recorded as applied but its triggers are gone "
+            "(a restore without triggers? migrate --fake?): re-apply it with manage.py migrate "
+            "django_debounce 0006, then manage.py migrate django_debounce.",
             id="django_debounce.W011",
         )
     ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from django.db import connections
+from django.db import DatabaseError, connections
 
 from .conf import settings
 
@@ -50,4 +50,30 @@ def wakeup_mode(using: str) -> str:
     return "poll"
 
 
-__all__ = ["has_notify_support", "wakeup_mode"]
+#: The triggers of migration ``0007_wakeup_notify`` that feed LISTEN/NOTIFY (check W011, the worker).
+NOTIFY_TRIGGERS = ("django_debounce_wakeup_insert", "django_debounce_wakeup_update")
+
+
+def notify_triggers_missing(using: str) -> bool:
+    """Return True when PostgreSQL database ``using`` lacks a trigger of :data:`NOTIFY_TRIGGERS`.
+
+    One query on ``pg_trigger``. False on another database (there is no
+    trigger to miss), and when the database cannot be asked: the caller then
+    goes on as if they were there (the worker's claim meets the same error).
+    """
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        return False
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_trigger WHERE tgname IN (%s, %s) AND NOT tgisinternal",
+                list(NOTIFY_TRIGGERS),
+            )
+            row = cursor.fetchone()
+    except DatabaseError:
+        return False
+    return row is not None and int(row[0]) < len(NOTIFY_TRIGGERS)
+
+
+__all__ = ["NOTIFY_TRIGGERS", "has_notify_support", "notify_triggers_missing", "wakeup_mode"]

@@ -385,7 +385,7 @@ class Worker(WorkerStop):
                     close_dropped_connections()
                     if self._may_start(job):
                         self._process(job)
-                except BaseException:  # the thread outlives any job (decision 152)
+                except BaseException:  # the thread outlives any job (decision 150)
                     logger.exception("worker thread failed while handling job %s", job.pk)
                 finally:
                     close_old_connections()

@@ -124,7 +124,7 @@ class WorkerStop:
 
         The inline run calls it on a stop, and when something escapes a job's run (its
         outcome could not be written, the second signal): the jobs it had not started
-        go back at once instead of waiting RUNNING for their lease (decision 152).
+        go back at once instead of waiting RUNNING for their lease (decision 150).
         """
         if jobs:
             self._release(jobs)

@@ -50,7 +50,11 @@ def has_row_locks() -> bool:
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    """Print pytest-randomly's seed last, even under ``-q``, so a failing order can be replayed."""
+    """Print pytest-randomly's seed again after the results (above the short summary), also under ``-q``.
+
+    pytest-randomly prints it first, in the header, which ``-q`` hides and a long
+    run scrolls away; this line keeps it next to the failures, to replay the order.
+    """
     seed = getattr(config.option, "randomly_seed", None)
     if isinstance(seed, int) and config.pluginmanager.has_plugin("randomly"):
         terminalreporter.write_line(f"random order: replay it with --randomly-seed={seed}")

@@ -25,7 +25,7 @@ from django.utils.translation import gettext_lazy as _
 
 from .. import keys, registry
 from ..conf import settings as debounce_settings
-from ..job_ids import is_storable_id
+from ..job_ids import parse_id
 from ..models import DeadLetter
 
 #: A changelist counts at most this many matching rows (then shows "more than …").
@@ -251,13 +251,6 @@ class RetriedFilter(admin.SimpleListFilter):
 # -- search --------------------------------------------------------------------------
 
 
-def _as_id(term: str) -> int | None:
-    """Return ``term`` as a row id if it is one (ASCII digits, fits a bigint), else ``None``."""
-    if term.isascii() and term.isdigit() and is_storable_id(int(term)):
-        return int(term)
-    return None
-
-
 def _exactly(queryset: QuerySet[Any], field: str, term: str) -> Q:
     """Return a filter for ``field`` equal to ``term`` character for character, case included.
 
@@ -299,7 +292,7 @@ def exact_job_search(queryset: QuerySet[Any], search_term: str) -> QuerySet[Any]
         return queryset
     hashes = [keys.window_hash(name, term) for name in sorted(registry.all_tasks())]
     match = _exactly(queryset, "task_name", term) | Q(key_hash__in=hashes)
-    pk = _as_id(term)
+    pk = parse_id(term)
     if pk is not None:
         match |= Q(pk=pk)
     return queryset.filter(match)
@@ -316,7 +309,7 @@ def exact_dead_letter_search(queryset: QuerySet[Any], search_term: str) -> Query
     if not term:
         return queryset
     match = _exactly(queryset, "task_name", term)
-    pk = _as_id(term)
+    pk = parse_id(term)
     if pk is not None:
         match |= Q(pk=pk) | Q(job_id=pk)
     return queryset.filter(match)

@@ -126,7 +126,8 @@ class JobAdmin(WindowActionsAdmin):
 
     @admin.display(description=_("calls collapsed"), ordering="enqueue_count")
     def calls(self, job: Job) -> int:
-        return job.enqueue_count
+        """Calls that joined the window after the one that opened it (decision 161)."""
+        return job.enqueue_count - 1
 
     @admin.display(description=_("key"))
     def key(self, job: Job) -> str:

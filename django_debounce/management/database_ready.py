@@ -1,7 +1,7 @@
 """Check, before a command's first query, that its database is there and migrated.
 
 The package's commands (``debounce_status``, ``prune_debounce_jobs``,
-``run_debounce_worker``) call :func:`require_tables` first, so a new user
+``retry_dead_letters``, ``run_debounce_worker``) call :func:`require_tables` first, so a new user
 gets one line saying what to do instead of a driver traceback (decision 130):
 an unknown ``--database`` alias, an unreachable or missing database, or a
 database without the package's tables (``migrate`` not run yet).
@@ -9,10 +9,11 @@ database without the package's tables (``migrate`` not run yet).
 
 from __future__ import annotations
 
-from django.apps import apps
 from django.core.management.base import CommandError
 from django.db import DatabaseError, connections
 from django.utils.connection import ConnectionDoesNotExist
+
+from django_debounce.schema_ready import package_tables
 
 
 def first_line(exc: BaseException) -> str:
@@ -48,9 +49,7 @@ def require_tables(using: str) -> None:
         tables = set(connection.introspection.table_names())
     except DatabaseError as exc:
         raise CommandError(f"database {using!r} cannot be reached: {first_line(exc)}") from None
-    models = apps.get_app_config("django_debounce").get_models()
-    wanted = sorted({m._meta.db_table for m in models if m._meta.managed and not m._meta.proxy})
-    if any(table not in tables for table in wanted):
+    if any(table not in tables for table in package_tables()):
         raise CommandError(
             f"no django_debounce tables in database {using!r}: run python manage.py migrate."
         )

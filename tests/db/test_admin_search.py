@@ -85,3 +85,22 @@ def test_open_windows_search_stays_a_substring_search(admin_client):
     job = refresh.delay(42)
     assert found(admin_client, "openwindow", "ge:4") == [job.pk]
     assert found(admin_client, "job", "ge:4") == []
+
+
+@pytest.mark.parametrize("term", ["9" * 5000, str(2**63), "²", "١", "0"])
+def test_a_numeric_term_that_is_no_id_is_searched_as_text(admin_client, term):
+    """Out of the bigint range, or no ASCII digits: no id lookup (5,000 digits was HTTP 500)."""
+    JobFactory()
+    DeadLetterFactory()
+    assert found(admin_client, "job", term) == []
+    assert found(admin_client, "deadletter", term) == []
+    if len(term) <= 255:  # a task name of digits is found by its text
+        job = JobFactory(task_name=term)
+        letter = DeadLetterFactory(task_name=term)
+        assert found(admin_client, "job", term) == [job.pk]
+        assert found(admin_client, "deadletter", term) == [letter.pk]
+
+
+def test_a_long_numeric_debounce_key_is_found_by_its_text(admin_client):
+    job = keyed("9" * 4000)
+    assert found(admin_client, "job", "9" * 4000) == [job.pk]

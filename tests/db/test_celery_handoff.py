@@ -311,7 +311,7 @@ def test_a_handoff_nobody_took_is_logged_as_never_taken_naming_the_celery_queue(
 def test_a_handoff_nobody_takes_is_reported_within_seconds_while_the_lease_holds(
     clock, caplog, settings
 ):
-    """Decision 157: 10 s after the hand-off, not after the 5-minute lease; once per job."""
+    """Decision 153: 10 s after the hand-off, not after the 5-minute lease; once per job."""
     from django_debounce.handoff_watch import UntakenWatch
 
     settings.DEBOUNCE_CELERY_QUEUES = {"mail": "mail-io"}

@@ -32,7 +32,7 @@ def test_a_retry_ends_the_task_normally_and_the_last_attempt_raises_after_the_de
     job = fails.delay("x")
     for attempt in (1, 2):
         _handoff()
-        # RETRY, never SUCCESS: a result backend keeps a SUCCESS for good (decision 156).
+        # RETRY, never SUCCESS: a result backend keeps a SUCCESS for good (decision 152).
         with pytest.raises(Retry) as retry:
             run_job(job.pk)
         row = Job.objects.get(pk=job.pk)
@@ -67,7 +67,7 @@ def test_an_unknown_task_is_retried_during_its_grace_then_fails_the_celery_task(
     clock(minutes=11)  # past DEBOUNCE_UNKNOWN_TASK_GRACE (10 min) since its enqueue
     young = record.delay("young")
     _handoff()
-    # Renamed after the hand-off: the Celery worker does not know the name (decision 158).
+    # Renamed after the hand-off: the Celery worker does not know the name (decision 154).
     Job.objects.filter(pk__in=[old.pk, young.pk]).update(task_name="cel.renamed_away")
     with pytest.raises(Retry) as retry:  # an old Celery worker during a deploy
         run_job(young.pk)
@@ -87,7 +87,25 @@ def test_a_success_returns_the_stored_result(clock):
 
 @pytest.mark.parametrize(
     ("args", "kwargs"),
-    [(["abc"], {}), ([None], {}), ([], {}), ([1, 2], {}), ([True], {}), ([], {"jid": 1})],
+    [
+        (["abc"], {}),
+        ([None], {}),
+        ([], {}),
+        ([1, 2], {}),
+        ([True], {}),
+        ([], {"jid": 1}),
+        # Unicode digits pass str.isdigit(); int() refuses '²' and reads '١' (Arabic-Indic) as 1.
+        (["²"], {}),
+        (["١"], {}),
+        ([], {"job_id": "٣"}),
+        # Out of the BigAutoField range: 5,000 digits (past int()'s 4,300-digit limit), 2**63, 0, -1.
+        (["9" * 5000], {}),
+        ([10**5000], {}),
+        ([2**63], {}),
+        ([str(2**63)], {}),
+        ([0], {}),
+        ([-1], {}),
+    ],
 )
 def test_a_hand_crafted_message_with_bad_arguments_is_one_error_line(clock, caplog, args, kwargs):
     job = record.delay("b")
@@ -97,7 +115,10 @@ def test_a_hand_crafted_message_with_bad_arguments_is_one_error_line(clock, capl
     (line,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert line.levelno == logging.ERROR and line.exc_info is None
     assert line.getMessage().startswith("ignored a django_debounce.run_job message with args=")
-    assert "it takes one job id (an integer)" in line.getMessage()
+    assert "it takes one job id (an integer, 1 to 2**63 - 1, or its ASCII decimal digits)" in (
+        line.getMessage()
+    )
+    assert len(line.getMessage()) < 600, "a long argument is cut, not logged whole"
     assert Job.objects.get(pk=job.pk).status == Status.RUNNING, "no job was touched"
 
 

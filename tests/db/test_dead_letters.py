@@ -230,7 +230,7 @@ def test_unknown_task_is_dead_lettered_and_never_imported(clock, burst, tmp_path
 
 
 def test_an_unknown_task_is_put_back_during_its_grace_then_dead_lettered(clock, burst, caplog):
-    """Decision 158: a worker older than the task's code leaves its young jobs to others."""
+    """Decision 154: a worker older than the task's code leaves its young jobs to others."""
     job = JobFactory(task_name="deploy.new_task", run_at=T)
     with caplog.at_level("WARNING", logger="django_debounce.worker"):
         burst()

@@ -10,7 +10,7 @@ from decimal import Decimal
 import pytest
 from django.db import transaction
 
-from django_debounce import debounced_task
+from django_debounce import debounced_task, task
 from django_debounce.exceptions import KeyResolutionError, PayloadError
 from django_debounce.models import Job
 from tests.conftest import T
@@ -369,6 +369,39 @@ def test_callable_key_returning_none_inserts_a_plain_job(clock, burst):
 def test_callable_key_must_return_str_or_none(django_assert_num_queries, value):
     with django_assert_num_queries(0), pytest.raises(KeyResolutionError, match="must be a str"):
         callable_returns_value.delay(value)
+    assert Job.objects.count() == 0
+
+
+def _broken_key(user_id):
+    return {"a": 1}[user_id]  # KeyError for anything but "a"
+
+
+@_window(debounce_key=_broken_key)
+def broken_callable_key(user_id):
+    pass
+
+
+@task(unique_key=lambda x: 1 / 0)
+def broken_unique_key(x):
+    pass
+
+
+@pytest.mark.django_db
+def test_a_key_callable_that_raises_gives_key_resolution_error_chained(django_assert_num_queries):
+    with django_assert_num_queries(0), pytest.raises(KeyResolutionError) as raised:
+        broken_callable_key.delay("b")
+    assert str(raised.value) == (
+        f"enqueue of {broken_callable_key.name!r}: the debounce_key callable "
+        "tests.db.test_debounce_keys._broken_key raised KeyError: 'b'"
+    )
+    cause = raised.value.__cause__  # the planner names the call; its cause names the callable
+    assert isinstance(cause, KeyResolutionError) and isinstance(cause.__cause__, KeyError)
+    with pytest.raises(KeyResolutionError) as raised:  # the same for a unique_key callable
+        broken_unique_key.delay("x")
+    assert str(raised.value).endswith(
+        "the unique_key callable tests.db.test_debounce_keys.<lambda> raised "
+        "ZeroDivisionError: division by zero"
+    )
     assert Job.objects.count() == 0
 
 

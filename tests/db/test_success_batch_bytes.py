@@ -1,6 +1,6 @@
 """Batched successes are bounded by bytes, and a refused batch is split (issue #17 item 8).
 
-Decision 153. On MariaDB a batch of 500 large results was one ``UPDATE`` past the
+Decision 151. On MariaDB a batch of 500 large results was one ``UPDATE`` past the
 server's ``max_allowed_packet``: the server dropped the connection (error 2006,
 taken as transient) and the same batch was retried forever (after 90 s, 6 of 200
 jobs were SUCCESSFUL). Now a batch carries at most a byte budget of results (4 MiB,

@@ -1,6 +1,6 @@
 """A task that raises ``SystemExit``, ``KeyboardInterrupt`` or ``CancelledError`` has failed (issue #17 item 7).
 
-Decision 152: ``run_job`` records such a run like any error (a retry, or a dead
+Decision 150: ``run_job`` records such a run like any error (a retry, or a dead
 letter once the task's retries are spent; the error ``"SystemExit: 3"``), and the
 thread that ran it goes on to the next job. Before, ``run_job`` re-raised it: in
 the inline ``--burst`` it ended the command (exit status 3) with the job RUNNING,

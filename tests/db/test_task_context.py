@@ -126,12 +126,12 @@ def test_quiet_window_context(clock, burst):
     assert (ctx.job.pk, ctx.attempt, ctx.calls_collapsed, ctx.run_reason) == (
         jobs[0].pk,
         1,
-        3,
+        2,
         "quiet",
     )
     assert DURING == [(Job.Status.RUNNING, s(17), s(17))]
     job = Job.objects.get(pk=jobs[0].pk)
-    assert (job.status, job.result) == (Job.Status.SUCCESSFUL, {"calls": 3, "reason": "quiet"})
+    assert (job.status, job.result) == (Job.Status.SUCCESSFUL, {"calls": 2, "reason": "quiet"})
     assert job.run_reason == "quiet"
 
 
@@ -143,7 +143,7 @@ def test_max_wait_context(clock, burst):
     clock(seconds=60)
     burst()
     ((ctx, _, _),) = only("digest")
-    assert (ctx.attempt, ctx.calls_collapsed, ctx.run_reason) == (1, 12, "max_wait")
+    assert (ctx.attempt, ctx.calls_collapsed, ctx.run_reason) == (1, 11, "max_wait")
     assert ctx.job.run_at == ctx.job.max_run_at == s(60)
     assert ctx.job.run_reason == "max_wait"
 
@@ -162,13 +162,13 @@ def test_not_debounced_context_and_retry(clock, burst, settings):
     assert (first.job.pk, first.attempt, first.calls_collapsed, first.run_reason) == (
         job.pk,
         1,
-        1,
+        0,
         "not_debounced",
     )
     assert (second.job.pk, second.attempt, second.calls_collapsed, second.run_reason) == (
         job.pk,
         2,
-        1,
+        0,
         "retry",
     )
     assert second.job.run_at == s(10)
@@ -188,8 +188,8 @@ def test_a_debounced_retry_reports_retry_and_the_same_calls(clock, burst):
     assert [
         (c.attempt, c.calls_collapsed, c.run_reason, c.job.pk) for c, _, _ in only("flaky")
     ] == [
-        (1, 2, "quiet", job.pk),
-        (2, 2, "retry", job.pk),
+        (1, 1, "quiet", job.pk),
+        (2, 1, "retry", job.pk),
     ]
     assert Job.objects.get(pk=job.pk).status == Job.Status.SUCCESSFUL
 
@@ -204,7 +204,7 @@ def test_async_task_receives_the_context(clock, burst):
     assert (ctx.job.pk, ctx.attempt, ctx.calls_collapsed, ctx.run_reason) == (
         first.pk,
         1,
-        2,
+        1,
         "quiet",
     )
     assert Job.objects.get(pk=first.pk).result == 1
@@ -237,9 +237,9 @@ def test_a_varargs_function_gets_the_context_as_args_0(clock, burst):
 
 
 def test_inline_call_gets_an_inline_context():
-    assert digest("u1", note="n") == {"calls": 1, "reason": "inline"}
+    assert digest("u1", note="n") == {"calls": 0, "reason": "inline"}
     ((ctx, args, kwargs),) = only("digest")
-    assert ctx == JobContext(job=None, attempt=1, calls_collapsed=1, run_reason="inline")
+    assert ctx == JobContext(job=None, attempt=1, calls_collapsed=0, run_reason="inline")
     assert (args, kwargs) == (("u1",), {"note": "n"})
     assert Job.objects.count() == 0
 

@@ -220,6 +220,39 @@ def test_unknown_decorator_option_fails_at_decoration(names):
     assert registry.lookup("enq.reg.typo") is None
 
 
+def test_a_misspelled_decorator_option_names_the_likely_one(names):
+    names.append("enq.reg.typo_window")
+    with pytest.raises(ConfigurationError) as info:
+
+        @debounced_task(name="enq.reg.typo_window", debounce="5m", debounce_maxwait="1h")
+        def f(x):
+            return x
+
+    message = str(info.value)
+    assert message.startswith(
+        "task 'enq.reg.typo_window': unknown option(s) ['debounce_maxwait'] "
+        "(did you mean 'debounce_max_wait'?); accepted: "
+    ), message
+    assert registry.lookup("enq.reg.typo_window") is None
+    several = _assert_refused(names, "enq.reg.typos", priorty=1, quene="q", zzz=1)
+    assert "unknown option(s) ['priorty', 'quene', 'zzz'] (did you mean 'priority' for " in several
+    assert "'queue' for 'quene'?); accepted: " in several
+    nothing_close = _assert_refused(names, "enq.reg.far", zzz=1)
+    assert "unknown option(s) ['zzz']; accepted: " in nothing_close
+
+
+def test_a_misspelled_call_option_names_the_likely_one(names):
+    names.append("enq.reg.call_typo")
+
+    @task(name="enq.reg.call_typo")
+    def f(x):
+        return x
+
+    expected = r"\['countdwn'\] for task 'enq.reg.call_typo' \(did you mean 'countdown'\?\); "
+    with pytest.raises(ConfigurationError, match=expected):
+        f.apply_async((1,), countdwn=5)
+
+
 def test_a_taken_name_refuses_a_different_function(names):
     names.append("enq.reg.taken")
 

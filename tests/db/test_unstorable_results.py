@@ -1,6 +1,6 @@
 """Results the codec cannot store are stored as a short repr, never a rerun (issue #17 item 6).
 
-Decisions 3, 31 and 151: whatever a task returns, recording its success never
+Decisions 3, 31 and 149: whatever a task returns, recording its success never
 raises. Before, a dict with a tuple key made the fallback itself raise
 (``TypeError: unhashable type: 'list'``), and a value whose ``__iter__`` or
 ``__getattribute__`` raises escaped the codec: the job stayed RUNNING, its

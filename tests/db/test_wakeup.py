@@ -5,6 +5,7 @@ Decisions 80–84; the end-to-end latency tests are tests/processes/test_wakeup.
 
 from __future__ import annotations
 
+import logging
 import threading
 from datetime import timedelta
 
@@ -16,6 +17,7 @@ from django.utils import timezone
 from django_debounce import wakeup
 from django_debounce.deadlines import next_run_at
 from django_debounce.models import Job
+from django_debounce.wakeup_modes import NOTIFY_TRIGGERS as TRIGGERS
 from django_debounce.wakeup_modes import wakeup_mode
 from tests.testapp.tasks_wakeup import stamp
 
@@ -224,6 +226,53 @@ def test_the_listener_thread_wakes_the_worker_event_for_its_queues_only():
     finally:
         waker.stop()
     assert not waker.is_alive()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_a_worker_without_the_notify_triggers_warns_once_and_polls(caplog):
+    """Migration 0007 not applied: LISTEN would hear nothing, so the worker says so and polls."""
+    with caplog.at_level(logging.INFO, logger="django_debounce.wakeup"):
+        waker = wakeup.start_wakeup(threading.Event(), queues=[], using="default")
+        waker.stop()
+    assert waker.listens, "with the triggers it listens"
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    caplog.clear()
+    with connection.cursor() as cursor:  # undone with the test's transaction (DDL is transactional)
+        for name in TRIGGERS:
+            cursor.execute(f"DROP TRIGGER {name} ON django_debounce_job")
+    with caplog.at_level(logging.INFO, logger="django_debounce.wakeup"):
+        waker = wakeup.start_wakeup(threading.Event(), queues=[], using="default")
+    waker.stop()
+    assert not waker.listens
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        (
+            "WARNING",
+            "wake-up: polling, not LISTEN/NOTIFY: database 'default' lacks the triggers of "
+            "migration django_debounce.0007_wakeup_notify (run manage.py migrate django_debounce)",
+        ),
+        ("INFO", "wake-up: poll"),
+    ]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_w011_only_when_migration_0007_is_applied_and_its_triggers_are_gone():
+    def w011() -> list[str]:
+        found = run_checks(databases=["default"])
+        return [m.hint for m in found if m.id == "django_debounce.W011"]
+
+    assert w011() == []
+    with connection.cursor() as cursor:  # all undone with the test's transaction
+        for name in TRIGGERS:
+            cursor.execute(f"DROP TRIGGER {name} ON django_debounce_job")
+        (hint,) = w011()
+        assert "re-apply it with manage.py migrate django_debounce 0006" in hint
+        cursor.execute(
+            "DELETE FROM django_migrations WHERE app = 'django_debounce' AND name = %s",
+            ["0007_wakeup_notify"],
+        )
+    assert w011() == [], "0007 not applied yet (as during migrate): nothing to warn about"
 
 
 # -- the Redis publisher (a private redis-server) ------------------------------------------------

@@ -147,7 +147,7 @@ def test_a_message_published_twice_runs_the_job_once(rig: CeleryRig) -> None:
     assert celery_executor.publish(claimed, app=rig.app) == (1, 0)
     worker = rig.worker()
     wait_for(lambda: _status(job.pk) == Status.SUCCESSFUL, timeout=60, what=worker.tail)
-    # The duplicate writes no Celery state (Ignore), so it cannot hide the run's (decision 156).
+    # The duplicate writes no Celery state (Ignore), so it cannot hide the run's (decision 152).
     wait_for(
         lambda: f"django_debounce.run_job[{job.pk}] ignored" in worker.stderr(),
         timeout=30,
@@ -227,7 +227,7 @@ def test_a_stopped_celery_worker_leaves_jobs_waiting_not_lost(rig: CeleryRig, se
 def test_async_result_shows_each_jobs_final_attempt_after_retries(
     procs: Processes, settings
 ) -> None:
-    """Decisions 138, 156: a retried attempt ends in RETRY, so the final attempt's state stays."""
+    """Decisions 138, 152: a retried attempt ends in RETRY, so the final attempt's state stays."""
     from celery.result import AsyncResult
 
     from django_debounce.exceptions import JobFailedError, JobRetryError

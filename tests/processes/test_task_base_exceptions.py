@@ -2,7 +2,7 @@
 
 The real ``run_debounce_worker`` command, its signal handlers installed, in both
 modes: the threaded loop with one job thread, and the inline ``--burst``. The bad
-job ends with its dead letter (decision 152) and the job after it still runs.
+job ends with its dead letter (decision 150) and the job after it still runs.
 Before, the threaded worker's only job thread died and every later job sat RUNNING
 under a live worker renewing its lease; the burst exited with status 3.
 """

@@ -7,11 +7,13 @@ import re
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DEFAULT_DB_ALIAS
 
 from django_debounce import registry
 from django_debounce.durations import parse_duration
 from django_debounce.exceptions import ConfigurationError
 from django_debounce.management.arguments import non_negative_int
+from django_debounce.management.database_ready import require_tables
 from django_debounce.sweep import retry_dead_letters
 
 
@@ -78,6 +80,7 @@ class Command(BaseCommand):
         tasks = options["tasks"]
         if isinstance(tasks, str):  # call_command("retry_dead_letters", tasks="a.b")
             tasks = [tasks]
+        require_tables(DEFAULT_DB_ALIAS)  # the sweep's database: one line before migrate
         for name in tasks or ():
             if registry.lookup(name) is None:
                 self.stderr.write(
