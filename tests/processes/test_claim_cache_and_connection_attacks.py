@@ -45,6 +45,7 @@ from django_debounce.claim import _take_due, claim_jobs
 from django_debounce.claim_queries import ClaimShape, anything_claimable, lock_due
 from django_debounce.claim_rules import claimable_jobs
 from django_debounce.gated_claim import first_candidates
+from django_debounce.interrupts import WorkerExit
 from django_debounce.models import Job, JobDependency
 from django_debounce.storable import storable_result
 from django_debounce.worker import Worker
@@ -499,8 +500,14 @@ def _keepers() -> list[threading.Thread]:
 
 @task(name="attack.interrupt")
 def interrupt() -> None:
-    """Raise KeyboardInterrupt inside the task (a Ctrl-C landing in a job)."""
+    """Raise KeyboardInterrupt inside the task: the run's own error (decision 150)."""
     raise KeyboardInterrupt
+
+
+@task(name="attack.host_stop")
+def host_stop() -> None:
+    """The worker's second signal landing inside a job: it ends the run (decision 150)."""
+    raise WorkerExit(1)
 
 
 @task(name="attack.fail")
@@ -529,8 +536,14 @@ def test_inline_run_leaves_no_lease_keeper_behind_however_it_ends():
     failing.refresh_from_db()
     assert (failing.status, failing.attempts, failing.error) == (Status.READY, 1, "ValueError: no")
     assert len(_keepers()) == before
-    job = interrupt.delay()
-    with pytest.raises(KeyboardInterrupt):
+    interrupted = interrupt.delay()
+    assert Worker(burst=True, handle_signals=False, worker_id="i").run() == 1
+    interrupted.refresh_from_db()
+    assert (interrupted.status, interrupted.attempts) == (Status.READY, 1)  # a failure, retried
+    assert interrupted.error.startswith("KeyboardInterrupt")
+    assert len(_keepers()) == before
+    job = host_stop.delay()
+    with pytest.raises(WorkerExit):
         Worker(burst=True, handle_signals=False, worker_id="i").run()
     assert len(_keepers()) == before
     job.refresh_from_db()
