@@ -63,6 +63,10 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("postgres"):
         require_service(is_postgres(), "needs PostgreSQL: run python3 dev.py test --db postgres")
+    if item.get_closest_marker("mariadb"):
+        require_service(
+            connection.vendor == "mysql", "needs MariaDB/MySQL: run python3 dev.py test --db mariadb"
+        )
     if item.get_closest_marker("row_locks"):
         require_service(
             has_row_locks(),
