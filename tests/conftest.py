@@ -65,7 +65,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         require_service(is_postgres(), "needs PostgreSQL: run python3 dev.py test --db postgres")
     if item.get_closest_marker("mariadb"):
         require_service(
-            connection.vendor == "mysql", "needs MariaDB/MySQL: run python3 dev.py test --db mariadb"
+            connection.vendor == "mysql",
+            "needs MariaDB/MySQL: run python3 dev.py test --db mariadb",
         )
     if item.get_closest_marker("row_locks"):
         require_service(
