@@ -26,6 +26,7 @@ from .conf import settings
 from .durations import DurationLike
 from .exceptions import ConfigurationError
 from .executor_settings import parse_executor
+from .number_settings import parse_max_retries
 from .validators import (
     check_duration,
     check_flow_control,
@@ -270,14 +271,7 @@ def _merge_is_callable(merge: object, where: str) -> None:
 
 
 def _retries_in_range(max_retries: object, where: str) -> None:
-    if (
-        isinstance(max_retries, bool)
-        or not isinstance(max_retries, int)
-        or not 0 <= max_retries <= 10_000
-    ):
-        raise ConfigurationError(
-            f"{where}: max_retries={max_retries!r} must be an int from 0 to 10000."
-        )
+    parse_max_retries(max_retries, name=f"{where}: max_retries")
 
 
 def _check_declaration(options: TaskOptions, where: str) -> timedelta | None:

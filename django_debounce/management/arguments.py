@@ -7,6 +7,9 @@ with a message naming the value, which ``BaseCommand`` reports as a usage error.
 from __future__ import annotations
 
 import argparse
+import math
+
+from django_debounce.number_settings import MAX_POLL_INTERVAL, seconds_range
 
 
 def _integer(value: str, minimum: int) -> int:
@@ -30,11 +33,16 @@ def non_negative_int(value: str) -> int:
 
 
 def positive_float(value: str) -> float:
-    """Parse a number of seconds > 0 (e.g. ``--poll-interval``)."""
+    """Parse ``--poll-interval``: finite seconds > 0, at most a day, like ``DEBOUNCE_POLL_INTERVAL``.
+
+    ``nan``, ``inf`` and ``1e999`` (a float's infinity) are refused (decision 162).
+    """
     try:
         number = float(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
-    if not number > 0:
-        raise argparse.ArgumentTypeError(f"{value!r} must be greater than 0")
+    if not (math.isfinite(number) and 0 < number <= MAX_POLL_INTERVAL):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} must be {seconds_range(0, MAX_POLL_INTERVAL, low_open=True)}"
+        )
     return number
