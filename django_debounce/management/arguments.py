@@ -8,23 +8,40 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 
 from django_debounce.number_settings import MAX_POLL_INTERVAL, seconds_range
 
 
-def _integer(value: str, minimum: int) -> int:
+def _integer(value: str, minimum: int, maximum: int | None = None) -> int:
     try:
         number = int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
     if number < minimum:
         raise argparse.ArgumentTypeError(f"{value!r} must be at least {minimum}")
+    if maximum is not None and number > maximum:
+        raise argparse.ArgumentTypeError(f"{value!r} must be at most {maximum}")
     return number
 
 
 def positive_int(value: str) -> int:
     """Parse an integer >= 1 (e.g. ``--concurrency``)."""
     return _integer(value, 1)
+
+
+def bounded_int(maximum: int) -> Callable[[str], int]:
+    """Return an argument type parsing an integer from 1 to ``maximum`` (e.g. ``--top``).
+
+    A number the database cannot take as a ``LIMIT`` (``--top 99999999999999999999``)
+    is a usage error, not a driver's traceback (decision 164).
+    """
+
+    def parse(value: str) -> int:
+        return _integer(value, 1, maximum)
+
+    parse.__name__ = f"int from 1 to {maximum}"  # argparse names the type in its messages
+    return parse
 
 
 def non_negative_int(value: str) -> int:
