@@ -25,6 +25,7 @@ from .breaker import CircuitBreaker
 from .conf import settings
 from .durations import DurationLike
 from .exceptions import ConfigurationError
+from .keys import check_template
 from .executor_settings import parse_executor
 from .number_settings import parse_max_retries
 from .validators import (
@@ -303,6 +304,9 @@ def _check_declaration(options: TaskOptions, where: str) -> timedelta | None:
     )
     if options.max_retries is not None:
         _retries_in_range(options.max_retries, where)
+    for name, spec in (("debounce_key", options.debounce_key), ("unique_key", options.unique_key)):
+        if isinstance(spec, str):
+            check_template(spec, where=where, option=name)
     check_queue(options.queue)
     check_priority(options.priority)
     if max_wait is not None and options.expires is not None and options.expires < max_wait:
@@ -349,6 +353,8 @@ def _check_call(
             raise ConfigurationError(
                 f"{where}: {name}={spec!r} must be a template str or a callable."
             )
+        if isinstance(spec, str):
+            check_template(spec, where=where, option=name)
     replace_payload = call.get("debounce_replace_payload")
     if replace_payload is not None and not isinstance(replace_payload, bool):
         raise ConfigurationError(f"{where}: debounce_replace_payload must be True or False.")
