@@ -46,7 +46,9 @@ def spec_too_wide(spec: str) -> str | None:
     for run in _SPEC_NUMBER.findall(spec):
         digits = run.lstrip("0") or "0"
         if len(digits) > len(str(MAX_KEY_LENGTH)) or int(digits) > MAX_KEY_LENGTH:
-            return str(int(digits)) if len(digits) <= 40 else f"{digits[:20]}… ({len(digits)} digits)"
+            return (
+                str(int(digits)) if len(digits) <= 40 else f"{digits[:20]}… ({len(digits)} digits)"
+            )
     return None
 
 

@@ -25,8 +25,8 @@ from .breaker import CircuitBreaker
 from .conf import settings
 from .durations import DurationLike
 from .exceptions import ConfigurationError
-from .keys import check_template
 from .executor_settings import parse_executor
+from .keys import check_template
 from .number_settings import parse_max_retries
 from .validators import (
     check_duration,

@@ -105,8 +105,7 @@ def test_poll_interval_option_refuses_what_the_setting_refuses(value):
     with pytest.raises(argparse.ArgumentTypeError) as raised:
         positive_float(value)
     assert str(raised.value) == (
-        f"{value!r} must be a finite number of seconds greater than 0 and at most 86400 "
-        "(one day)"
+        f"{value!r} must be a finite number of seconds greater than 0 and at most 86400 (one day)"
     )
 
 
