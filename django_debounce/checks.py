@@ -19,6 +19,13 @@ from .conf import DEFAULTS, parse_auto_retry, parse_max_payload_bytes, parse_que
 from .durations import parse_duration
 from .exceptions import ConfigurationError
 from .integration_checks import check_metrics, check_task_backends
+from .number_settings import (
+    parse_enqueue_retries,
+    parse_flush_interval,
+    parse_max_retries,
+    parse_poll_interval,
+    parse_prefetch,
+)
 from .redis_settings import check_redis
 from .retention_settings import parse_prune
 
@@ -72,25 +79,29 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 id="django_debounce.E008",
             )
         )
-    retries = _setting("MAX_RETRIES")
-    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+    try:
+        parse_max_retries(_setting("MAX_RETRIES"))
+    except ConfigurationError as exc:
         errors.append(
             Error(
-                f"DEBOUNCE_MAX_RETRIES={retries!r} is not an integer >= 0.",
-                hint="It counts retries after the first attempt; 0 means run once.",
+                str(exc),
+                hint=(
+                    "It counts retries after the first attempt; 0 means run once. Every enqueue "
+                    "of a task without its own max_retries uses it, under the same rule."
+                ),
                 id="django_debounce.E009",
             )
         )
-    for name in ("POLL_INTERVAL",):
-        value = _setting(name)
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            errors.append(
-                Error(
-                    f"DEBOUNCE_{name}={value!r} is not a positive number of seconds.",
-                    hint="For example DEBOUNCE_POLL_INTERVAL = 1.0.",
-                    id="django_debounce.E010",
-                )
+    try:
+        parse_poll_interval(_setting("POLL_INTERVAL"))
+    except ConfigurationError as exc:
+        errors.append(
+            Error(
+                str(exc),
+                hint="How long an idle worker sleeps between polls, e.g. DEBOUNCE_POLL_INTERVAL = 1.0.",
+                id="django_debounce.E010",
             )
+        )
     return errors
 
 
@@ -231,11 +242,12 @@ def check_max_payload_bytes(app_configs: Any = None, **kwargs: Any) -> list[Chec
 
 def check_enqueue_retries(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """E015: ``DEBOUNCE_ENQUEUE_RETRIES`` must be an int (values below 1 count as 1, §4.4)."""
-    value = _setting("ENQUEUE_RETRIES")
-    if isinstance(value, bool) or not isinstance(value, int):
+    try:
+        parse_enqueue_retries(_setting("ENQUEUE_RETRIES"))
+    except ConfigurationError as exc:
         return [
             Error(
-                f"DEBOUNCE_ENQUEUE_RETRIES={value!r} is not an integer.",
+                str(exc),
                 hint=(
                     "It counts the attempts an enqueue makes when it loses a race or waits on "
                     "a lock before it raises EnqueueContentionError, e.g. "
@@ -267,11 +279,12 @@ def check_backoff_jitter(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
 def check_drain_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """E055: ``DEBOUNCE_PREFETCH`` is an int >= 0; E056: ``DEBOUNCE_SUCCESS_FLUSH_INTERVAL`` a number >= 0."""
     errors: list[CheckMessage] = []
-    prefetch = _setting("PREFETCH")
-    if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+    try:
+        parse_prefetch(_setting("PREFETCH"))
+    except ConfigurationError as exc:
         errors.append(
             Error(
-                f"DEBOUNCE_PREFETCH={prefetch!r} is not an integer >= 0.",
+                str(exc),
                 hint=(
                     "It counts the jobs a busy worker claims beyond its free threads, e.g. "
                     "DEBOUNCE_PREFETCH = 100 (the default); 0 claims only for free threads."
@@ -279,16 +292,12 @@ def check_drain_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
                 id="django_debounce.E055",
             )
         )
-    interval = _setting("SUCCESS_FLUSH_INTERVAL")
-    if (
-        isinstance(interval, bool)
-        or not isinstance(interval, int | float)
-        or not 0 <= interval <= 60
-    ):
+    try:
+        parse_flush_interval(_setting("SUCCESS_FLUSH_INTERVAL"))
+    except ConfigurationError as exc:
         errors.append(
             Error(
-                f"DEBOUNCE_SUCCESS_FLUSH_INTERVAL={interval!r} is not a number of seconds "
-                "from 0 to 60.",
+                str(exc),
                 hint=(
                     "It is the longest a finished job's success waits for its batched write, "
                     "e.g. 0.1 (the default); 0 writes each success at once. Keep it well "

@@ -22,6 +22,13 @@ from .durations import DurationLike, parse_duration
 from .exceptions import ConfigurationError
 from .executor_settings import parse_celery_queues, parse_executor, parse_unknown_task_grace
 from .metrics_settings import parse_buckets, parse_metrics_enabled
+from .number_settings import (
+    parse_enqueue_retries,
+    parse_flush_interval,
+    parse_max_retries,
+    parse_poll_interval,
+    parse_prefetch,
+)
 from .queue_settings import CODEL_KEYS, QUEUE_KEYS, CodelSettings, parse_queues
 from .redis_settings import parse_redis_alias
 from .retention_settings import Prune, parse_prune
@@ -179,8 +186,12 @@ class Settings:
 
     @property
     def max_retries(self) -> int:
-        """``DEBOUNCE_MAX_RETRIES``: default retries after the first attempt (default 3)."""
-        return self._kept("MAX_RETRIES", int)
+        """``DEBOUNCE_MAX_RETRIES``: default retries after the first attempt (default 3).
+
+        Raises:
+            ConfigurationError: not an int from 0 to 10,000 (check E009; decision 163).
+        """
+        return self._kept("MAX_RETRIES", parse_max_retries)
 
     @property
     def min_backoff(self) -> timedelta:
@@ -199,18 +210,22 @@ class Settings:
 
     @property
     def poll_interval(self) -> float:
-        """``DEBOUNCE_POLL_INTERVAL``: seconds between polls of an idle worker (default 1.0)."""
-        return self._kept("POLL_INTERVAL", float)
+        """``DEBOUNCE_POLL_INTERVAL``: seconds between polls of an idle worker (default 1.0).
+
+        Raises:
+            ConfigurationError: not a finite number over 0 and at most a day (check E010).
+        """
+        return self._kept("POLL_INTERVAL", parse_poll_interval)
 
     @property
     def prefetch(self) -> int:
         """``DEBOUNCE_PREFETCH``: jobs a busy worker claims beyond its free threads (default 100)."""
-        return self._kept("PREFETCH", int)
+        return self._kept("PREFETCH", parse_prefetch)
 
     @property
     def success_flush_interval(self) -> float:
         """``DEBOUNCE_SUCCESS_FLUSH_INTERVAL``: longest wait of a success for its batched write (default 0.1 s)."""
-        return self._kept("SUCCESS_FLUSH_INTERVAL", float)
+        return self._kept("SUCCESS_FLUSH_INTERVAL", parse_flush_interval)
 
     @property
     def shutdown_grace(self) -> timedelta:
@@ -220,7 +235,7 @@ class Settings:
     @property
     def enqueue_retries(self) -> int:
         """``DEBOUNCE_ENQUEUE_RETRIES``: attempts before ``EnqueueContentionError`` (default 20)."""
-        return self._kept("ENQUEUE_RETRIES", int)
+        return self._kept("ENQUEUE_RETRIES", parse_enqueue_retries)
 
     @property
     def max_payload_bytes(self) -> int:

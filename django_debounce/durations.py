@@ -2,7 +2,8 @@
 
 A duration is an ``int``/``float`` number of seconds, a :class:`~datetime.timedelta`,
 or a string of one or more ``<number><unit>`` parts with units ``ms``, ``s``,
-``m``, ``h``, ``d`` (e.g. ``"250ms"``, ``"10s"``, ``"1h30m"``).
+``m``, ``h``, ``d`` (e.g. ``"250ms"``, ``"10s"``, ``"1h30m"``), its numbers in the
+ASCII digits ``0-9``; surrounding spaces and upper-case units are accepted.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from .exceptions import ConfigurationError
 DurationLike = int | float | timedelta | str
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+#: ``[0-9]``, not ``\d``: ``\d`` and ``float()`` read any Unicode decimal digit, so
+#: ``"١٠s"`` (Arabic-Indic digits) was 10 s (decision 166).
+_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
 
 #: The longest duration accepted: 100 years. Every duration is added to ``now`` somewhere
 #: (a deadline, an expiry, a breaker's reset, a backoff); a longer one is a typo, and one
@@ -34,7 +37,7 @@ def parse_duration(value: DurationLike, *, name: str = "duration") -> timedelta:
     Raises:
         ConfigurationError: the value is zero, negative, not finite, longer than
             :data:`MAX_DURATION` (100 years), of another type, or a string that is
-            not a sequence of ``<number><unit>`` parts.
+            not a sequence of ``<number><unit>`` parts (numbers in ASCII digits).
     """
     try:
         result = _parse(value, name)
@@ -71,6 +74,11 @@ def _parse(value: DurationLike, name: str) -> timedelta:
             seconds += float(match.group(1)) * _UNITS[match.group(2)]
             pos = match.end()
         if not text or pos != len(text):
+            if any(char.isdigit() and not char.isascii() for char in text):
+                raise ConfigurationError(
+                    f"{name}={value!r} is not a duration: write its numbers with the ASCII "
+                    "digits 0-9, e.g. '10s' or '1h30m'."
+                )
             raise ConfigurationError(
                 f"{name}={value!r} is not a duration. Use seconds (10, 2.5), a timedelta, "
                 "or a string like '250ms', '10s', '5m', '2h', '1d' or '1h30m'."

@@ -29,13 +29,28 @@ def check_metrics(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     try:
         enabled = settings.metrics
     except ConfigurationError as exc:
-        messages.append(Error(str(exc), id="django_debounce.E040"))
+        messages.append(
+            Error(
+                str(exc),
+                hint="None (the default: on when prometheus_client is installed), True or False.",
+                id="django_debounce.E040",
+            )
+        )
         enabled = None
     for attr in ("metrics_delay_buckets", "metrics_duration_buckets"):
         try:
             getattr(settings, attr)
         except ConfigurationError as exc:
-            messages.append(Error(str(exc), id="django_debounce.E041"))
+            messages.append(
+                Error(
+                    str(exc),
+                    hint=(
+                        "Finite upper bounds in seconds, increasing, e.g. [1, 5, 30, 60, 300]; "
+                        "prometheus_client adds +Inf itself."
+                    ),
+                    id="django_debounce.E041",
+                )
+            )
     if enabled is False:
         return messages
     if enabled and importlib.util.find_spec("prometheus_client") is None:

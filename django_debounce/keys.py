@@ -12,21 +12,88 @@ import enum
 import hashlib
 import inspect
 import json
+import re
 import string
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, time
 from decimal import Decimal
 from typing import Any
 
 from .codec import encode
-from .exceptions import KeyResolutionError, PayloadError
+from .exceptions import ConfigurationError, KeyResolutionError, PayloadError
 
 #: Longest resolved key text the package stores (§3).
 MAX_KEY_LENGTH = 4096
 
 _SCALARS = (str, int, float, bool, Decimal, uuid.UUID, date, time, enum.Enum)
+
+#: The numbers of a format spec: its width and precision (and a digit used as fill, which
+#: is one character). ``\d`` is Unicode on purpose: ``format()`` reads ``'>١٠'`` as width 10.
+_SPEC_NUMBER = re.compile(r"\d+")
+
+
+def spec_too_wide(spec: str) -> str | None:
+    """Return the width or precision in format ``spec`` beyond :data:`MAX_KEY_LENGTH`, else ``None``.
+
+    ``format(value, ">99999999999")`` allocates that many characters before any
+    key limit can refuse the result (``MemoryError``, or 300 MB for
+    ``">300000000"``), so a spec is judged before it is used (decision 165).
+    The number is returned as ASCII text for the message. A spec that only
+    strftime reads (a date's ``%Y``) holds no such number unless written in.
+    """
+    for run in _SPEC_NUMBER.findall(spec):
+        digits = run.lstrip("0") or "0"
+        if len(digits) > len(str(MAX_KEY_LENGTH)) or int(digits) > MAX_KEY_LENGTH:
+            return (
+                str(int(digits)) if len(digits) <= 40 else f"{digits[:20]}… ({len(digits)} digits)"
+            )
+    return None
+
+
+def _literal_specs(template: str) -> Iterator[tuple[str, str]]:
+    """Yield ``(field, literal part of its format spec)`` for every field of ``template``.
+
+    The template is read by :meth:`string.Formatter.parse`, and a spec with
+    nested fields (``{0:>{1}}``) by the same parse, one level deep as
+    :meth:`str.format` allows; a nested field's value is judged at enqueue.
+    """
+    for _, field, spec, _ in string.Formatter().parse(template):
+        if field is None or not spec:
+            continue
+        for literal, nested, nested_spec, _ in string.Formatter().parse(spec):
+            yield "{" + field + "}", literal
+            if nested is not None and nested_spec:
+                yield "{" + nested + "}", nested_spec
+
+
+def check_template(template: str, *, where: str, option: str) -> None:
+    """Refuse a key template whose written width or precision no key can hold (decision 165).
+
+    Run when a task is declared and for a call's own template, before any
+    formatting. A malformed template is left to :func:`resolve_template`,
+    which reports it at enqueue.
+
+    Args:
+        template: the ``debounce_key``/``unique_key`` template.
+        where: the message prefix, ``"task 'name'"`` or ``"enqueue of 'name'"``.
+        option: ``"debounce_key"`` or ``"unique_key"``.
+
+    Raises:
+        ConfigurationError: naming ``where``, ``option``, the field and the number.
+    """
+    try:
+        specs = list(_literal_specs(template))
+    except ValueError:
+        return
+    for field, spec in specs:
+        number = spec_too_wide(spec)
+        if number is not None:
+            raise ConfigurationError(
+                f"{where}: {option} template {template!r} gives {field} a width or precision "
+                f"of {number}; keys are at most {MAX_KEY_LENGTH} characters."
+            )
 
 
 @dataclass(frozen=True)
@@ -113,6 +180,15 @@ class _KeyFormatter(string.Formatter):
             ) from exc
 
     def format_field(self, value: Any, format_spec: str) -> str:
+        # ``format_spec`` has its nested fields filled in: an argument may have chosen the
+        # width (``{0:{1}}``), so it is judged here, before ``format()`` allocates it.
+        number = spec_too_wide(format_spec)
+        if number is not None:
+            raise KeyResolutionError(
+                f"key template {self.template!r} gives a value a width or precision of "
+                f"{number} (format spec {format_spec[:40]!r}); keys are at most "
+                f"{MAX_KEY_LENGTH} characters."
+            )
         return render_scalar(value, template=self.template, format_spec=format_spec)
 
     def convert_field(self, value: Any, conversion: str | None) -> Any:

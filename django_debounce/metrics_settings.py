@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .exceptions import ConfigurationError
@@ -30,13 +31,17 @@ def parse_buckets(value: Any, *, name: str) -> tuple[float, ...]:
 
     Raises:
         ConfigurationError: not a list/tuple of numbers, empty, a bound not
-            positive or not larger than the one before (check E041).
+            positive and finite (NaN, infinity) or not larger than the one before (check E041).
     """
     ok = isinstance(value, list | tuple) and bool(value)
     bounds: list[float] = []
     if ok:
         for bound in value:
-            if isinstance(bound, bool) or not isinstance(bound, int | float) or bound <= 0:
+            if (
+                isinstance(bound, bool)
+                or not isinstance(bound, int | float)
+                or not 0 < bound < math.inf  # NaN and infinity fail (decision 162)
+            ):
                 ok = False
                 break
             if bounds and bound <= bounds[-1]:
@@ -45,7 +50,7 @@ def parse_buckets(value: Any, *, name: str) -> tuple[float, ...]:
             bounds.append(float(bound))
     if not ok:
         raise ConfigurationError(
-            f"{name}={value!r} must be a non-empty list of increasing positive numbers of "
+            f"{name}={value!r} must be a non-empty list of increasing, finite, positive numbers of "
             "seconds, e.g. [1, 5, 30, 60, 300]."
         )
     return tuple(bounds)

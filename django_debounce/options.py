@@ -26,6 +26,8 @@ from .conf import settings
 from .durations import DurationLike
 from .exceptions import ConfigurationError
 from .executor_settings import parse_executor
+from .keys import check_template
+from .number_settings import parse_max_retries
 from .validators import (
     check_duration,
     check_flow_control,
@@ -270,14 +272,7 @@ def _merge_is_callable(merge: object, where: str) -> None:
 
 
 def _retries_in_range(max_retries: object, where: str) -> None:
-    if (
-        isinstance(max_retries, bool)
-        or not isinstance(max_retries, int)
-        or not 0 <= max_retries <= 10_000
-    ):
-        raise ConfigurationError(
-            f"{where}: max_retries={max_retries!r} must be an int from 0 to 10000."
-        )
+    parse_max_retries(max_retries, name=f"{where}: max_retries")
 
 
 def _check_declaration(options: TaskOptions, where: str) -> timedelta | None:
@@ -309,6 +304,9 @@ def _check_declaration(options: TaskOptions, where: str) -> timedelta | None:
     )
     if options.max_retries is not None:
         _retries_in_range(options.max_retries, where)
+    for name, spec in (("debounce_key", options.debounce_key), ("unique_key", options.unique_key)):
+        if isinstance(spec, str):
+            check_template(spec, where=where, option=name)
     check_queue(options.queue)
     check_priority(options.priority)
     if max_wait is not None and options.expires is not None and options.expires < max_wait:
@@ -355,6 +353,8 @@ def _check_call(
             raise ConfigurationError(
                 f"{where}: {name}={spec!r} must be a template str or a callable."
             )
+        if isinstance(spec, str):
+            check_template(spec, where=where, option=name)
     replace_payload = call.get("debounce_replace_payload")
     if replace_payload is not None and not isinstance(replace_payload, bool):
         raise ConfigurationError(f"{where}: debounce_replace_payload must be True or False.")

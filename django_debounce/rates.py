@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from .durations import parse_duration
 from .exceptions import ConfigurationError
 
-_RATE = re.compile(r"^\s*(\d+)\s*/\s*(\S+)\s*$")
+#: ``[0-9]``, not ``\d`` (which takes any Unicode digit: ``"١٠/s"``), as in durations.
+_RATE = re.compile(r"^\s*([0-9]+)\s*/\s*(\S+)\s*$")
 _PERIODS = {"s": "1s", "m": "1m", "h": "1h", "d": "1d"}
 
 

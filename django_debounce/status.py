@@ -33,6 +33,9 @@ from .text_width import cut_dotted, cut_end, cut_middle, display_width, pad
 
 #: Open windows listed, busiest (most calls) first.
 TOP_WINDOWS = 5
+#: The most open windows ``debounce_status --top`` lists (decision 164): one screenful is
+#: a few dozen; a larger number is a typo, and past a bigint a driver's error.
+MAX_TOP_WINDOWS = 10_000
 #: Flow-control rows (``TaskState``, one per flow-controlled task) read at most.
 MAX_STATES = 1000
 #: Rows of each list the text view draws at most (``--format json`` has them all).

@@ -246,3 +246,31 @@ def test_while_redis_is_down_the_database_bucket_is_shown(settings, clock, tmp_p
         clock(seconds=6)
         status = status_json()
     assert [(b["task_name"], b["tokens"]) for b in status["buckets"]] == [("st.redis_rate", 0.2)]
+
+
+@pytest.mark.parametrize("top", ["99999999999999999999", "10001", "0", "-1", "abc"])
+def test_top_outside_1_to_10000_ends_in_a_usage_error_with_exit_status_2(top, capsys):
+    """``--top 99999999999999999999`` was a traceback: PostgreSQL ``DataError: bigint out
+    of range``, MariaDB ``ProgrammingError 1064`` (issue #17 follow-up 3)."""
+    from django_debounce.management.commands.debounce_status import Command
+
+    with pytest.raises(SystemExit) as exited:
+        Command().run_from_argv(["manage.py", "debounce_status", "--top", top])
+
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert f"debounce_status: error: argument --top: {top!r} " in err
+    assert "Traceback" not in err
+
+
+def test_top_from_call_command_is_held_to_the_same_bound():
+    from django.core.management import CommandError
+
+    with pytest.raises(CommandError) as caught:
+        call_command("debounce_status", top=10**20)
+    assert str(caught.value) == f"argument --top: '{10**20}' must be at most 10000"
+
+
+def test_top_10000_lists_every_window(clock):
+    seed()
+    assert len(status_json(top=10_000)["windows"]) == 3

@@ -102,8 +102,8 @@ def test_command_line_burst_with_nothing_due_exits_0():
         ("--concurrency", "-1", "must be at least 1"),
         ("--concurrency", "x", "is not an integer"),
         ("--max-jobs", "0", "must be at least 1"),
-        ("--poll-interval", "0", "must be greater than 0"),
-        ("--poll-interval", "-1", "must be greater than 0"),
+        ("--poll-interval", "0", "seconds greater than 0 and at most 86400"),
+        ("--poll-interval", "-1", "seconds greater than 0 and at most 86400"),
         ("--poll-interval", "x", "is not a number of seconds"),
     ],
 )
@@ -126,8 +126,10 @@ def test_command_line_rejects_bad_values_with_a_usage_error(flag, value, message
         ("--concurrency", "-1", "must be at least 1"),
         ("--concurrency", "x", "is not an integer"),
         ("--max-jobs", "-3", "must be at least 1"),
-        ("--poll-interval", "0", "must be greater than 0"),
-        ("--poll-interval", "nan", "must be greater than 0"),
+        ("--poll-interval", "0", "seconds greater than 0 and at most 86400"),
+        ("--poll-interval", "nan", "seconds greater than 0 and at most 86400"),
+        ("--poll-interval", "inf", "seconds greater than 0 and at most 86400"),
+        ("--poll-interval", "86401", "seconds greater than 0 and at most 86400"),
         ("--poll-interval", "soon", "is not a number of seconds"),
     ],
 )

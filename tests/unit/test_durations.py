@@ -114,3 +114,28 @@ def test_none_debounce_max_wait_is_required_without_default():
         @debounced_task(debounce="10s", debounce_max_wait=None)
         def f(x):
             return x
+
+
+@pytest.mark.parametrize("value", ["١٠s", "１０s", "1.٥s", "1h३०m", "٥ms", "𝟙𝟘s"])
+def test_only_ascii_digits_make_a_duration(value):
+    """``"١٠s"`` (Arabic-Indic digits) read as 10 s: ``\\d`` and ``float()`` take any
+    Unicode decimal digit (issue #17 follow-up 5; decision 166)."""
+    with pytest.raises(ConfigurationError) as raised:
+        parse_duration(value, name="debounce")
+    assert str(raised.value) == (
+        f"debounce={value!r} is not a duration: write its numbers with the ASCII digits "
+        "0-9, e.g. '10s' or '1h30m'."
+    )
+
+
+@pytest.mark.parametrize("value", ["١٠/s", "５/m", "1/١٠s"])
+def test_only_ascii_digits_make_a_rate(value):
+    from django_debounce.rates import parse_rate
+
+    with pytest.raises(ConfigurationError, match=r"^rate_limit=.* is not a rate"):
+        parse_rate(value)
+
+
+@pytest.mark.parametrize(("value", "expected"), [(" 10s ", 10), ("10S", 10), ("1H30M", 5400)])
+def test_surrounding_spaces_and_upper_case_units_are_still_read(value, expected):
+    assert parse_duration(value) == timedelta(seconds=expected)

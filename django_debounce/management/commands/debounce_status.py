@@ -16,9 +16,15 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_debounce.management.arguments import positive_int
+from django_debounce.management.arguments import bounded_int
 from django_debounce.management.database_ready import require_tables
-from django_debounce.status import TOP_WINDOWS, collect_status, render_status, screen_size
+from django_debounce.status import (
+    MAX_TOP_WINDOWS,
+    TOP_WINDOWS,
+    collect_status,
+    render_status,
+    screen_size,
+)
 
 #: ANSI: cursor home, then clear the screen (a real terminal only).
 CLEAR = "\x1b[H\x1b[2J"
@@ -37,6 +43,10 @@ def watch_seconds(value: str) -> float:
             f"{value!r} must be from {WATCH_MIN} to {WATCH_MAX:.0f} seconds (one day)"
         )
     return number
+
+
+#: ``--top N``: from 1 to :data:`~django_debounce.status.MAX_TOP_WINDOWS` (decision 164).
+top_windows = bounded_int(MAX_TOP_WINDOWS)
 
 
 class Command(BaseCommand):
@@ -62,9 +72,10 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--top",
-            type=positive_int,
+            type=top_windows,
             default=TOP_WINDOWS,
-            help=f"Open windows to list, busiest first (default {TOP_WINDOWS}).",
+            help=f"Open windows to list, busiest first (1 to {MAX_TOP_WINDOWS}, "
+            f"default {TOP_WINDOWS}).",
         )
         parser.add_argument(
             "--database", default="default", help="Database alias (default 'default')."
@@ -77,6 +88,10 @@ class Command(BaseCommand):
                 every = watch_seconds(str(every))
             except argparse.ArgumentTypeError as exc:
                 raise CommandError(f"argument --watch: {exc}") from None
+        try:
+            options["top"] = top_windows(str(options["top"]))
+        except argparse.ArgumentTypeError as exc:
+            raise CommandError(f"argument --top: {exc}") from None
         require_tables(options["database"])
         try:
             while True:
