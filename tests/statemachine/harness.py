@@ -37,7 +37,7 @@ SPECS: dict[str, Spec] = {
         Spec("sm.rated", rate=(2, 10.0)),
         Spec("sm.dropped", rate=(1, 10.0), drop=True),
         Spec("sm.capped", concurrency=1),
-        Spec("sm.expiring", expires=6.0),
+        Spec("sm.expiring", expires=6.0, priority=10),
     )
 }
 
@@ -97,6 +97,8 @@ def _options(spec: Spec) -> dict[str, Any]:
         options["concurrency"] = spec.concurrency
     if spec.expires is not None:
         options["expires"] = spec.expires
+    if spec.priority:
+        options["priority"] = spec.priority
     return options
 
 

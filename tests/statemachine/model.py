@@ -16,8 +16,9 @@ What it does not model: CoDel, circuit breakers, dependencies, priorities
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 READY, RUNNING, SUCCESSFUL, FAILED = "READY", "RUNNING", "SUCCESSFUL", "FAILED"
 EXPIRED, SHED, CANCELLED = "EXPIRED", "SHED", "CANCELLED"
@@ -26,6 +27,14 @@ FINISHED = frozenset({SUCCESSFUL, FAILED, EXPIRED, SHED, CANCELLED})
 
 class Violation(AssertionError):
     """The package did something the contract does not allow."""
+
+    #: Called with the message of every violation raised (the test notes the first one's step).
+    on_raise: ClassVar[Callable[[str], None] | None] = None
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        if Violation.on_raise is not None:
+            Violation.on_raise(message)
 
 
 @dataclass(frozen=True)
@@ -40,6 +49,7 @@ class Spec:
     drop: bool = False
     concurrency: int | None = None
     expires: float | None = None
+    priority: int = 0  # claim order only, which the model does not judge
     max_retries: int = 2
     min_backoff: float = 5.0
     max_backoff: float = 20.0

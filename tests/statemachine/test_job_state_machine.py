@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import random
+import sys
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from typing import Any
 import hypothesis
 import pytest
 from django.db import connection, connections, transaction
-from hypothesis import HealthCheck
+from hypothesis import HealthCheck, Phase
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -47,7 +48,7 @@ from .model import FINISHED, READY, Model, Violation
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-EXAMPLES = int(os.environ.get("DEBOUNCE_SM_EXAMPLES", "20"))
+EXAMPLES = int(os.environ.get("DEBOUNCE_SM_EXAMPLES", "50"))
 STEPS = int(os.environ.get("DEBOUNCE_SM_STEPS", "60"))
 NAMES = sorted(SPECS)
 KEYS = ["k1", "k2", "k3"]
@@ -55,6 +56,7 @@ KEYS = ["k1", "k2", "k3"]
 STEP_SIZES = [0.5, 1.0, 3.0, 7.0, 12.0, 31.0, 45.0]
 #: The racing enqueue lands on windows of these tasks (a payload the claim must see).
 RACED = ("sm.merge", "sm.replace")
+PHASES = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink, Phase.explain)
 
 
 class _Rollback(Exception):
@@ -70,6 +72,16 @@ class Env:
     examples = 0
     #: What happened, summed over the run (printed at the end: the machine did reach these).
     seen: Counter[str] = Counter()
+    #: ``(example, step, message)`` of the first violation (before Hypothesis shrinks it).
+    first: tuple[int, int, str] | None = None
+
+    @classmethod
+    def note_violation(cls, message: str) -> None:
+        if cls.first is None:
+            cls.first = (cls.examples, cls.steps, message)
+            # Straight to the terminal: shrinking may outlast the test's timeout.
+            print(f"\nfirst violation: example {cls.examples}, step {cls.steps}: {message}",
+                  file=sys.__stderr__, flush=True)
 
 
 class JobMachine(RuleBasedStateMachine):
@@ -196,6 +208,16 @@ class JobMachine(RuleBasedStateMachine):
     @rule(which=st.integers(0, 1), limit=st.integers(1, 4))
     def claim(self, which: int, limit: int) -> None:
         self._claim(self.workers[which], limit)
+
+    @precondition(lambda self: any(len(w.running) == w.concurrency for w in self.workers))
+    @rule(which=st.integers(0, 1), limit=st.integers(1, 4), wait=st.sampled_from(STEP_SIZES))
+    def claim_ahead_of_a_slow_run(self, which: int, limit: int, wait: float) -> None:
+        """A busy worker claims ahead, its running job takes ``wait`` seconds, a thread frees up."""
+        busy = [w for w in self.workers if len(w.running) == w.concurrency]
+        w = busy[which % len(busy)]
+        self._claim(w, limit)
+        self._advance(wait)
+        self._finish(w, 0, True)
 
     @precondition(lambda self: any(w.running for w in self.workers))
     @rule(which=st.integers(0, 1), index=st.integers(0, 3), ok=st.booleans())
@@ -329,7 +351,8 @@ def test_job_state_machine(clock: Callable[..., dt.datetime], settings: Any) -> 
     """Run the machine under the CI budget (or ``DEBOUNCE_SM_*``); print the seed to replay it."""
     settings.DEBOUNCE_BACKOFF_JITTER = False
     seed = int(os.environ.get("DEBOUNCE_SM_SEED") or random.randrange(2**32))
-    Env.clock, Env.steps, Env.examples, Env.seen = clock, 0, 0, Counter()
+    Env.clock, Env.steps, Env.examples, Env.seen, Env.first = clock, 0, 0, Counter(), None
+    Violation.on_raise = Env.note_violation
     budget = hypothesis.settings(
         max_examples=EXAMPLES,
         stateful_step_count=STEPS,
@@ -337,6 +360,8 @@ def test_job_state_machine(clock: Callable[..., dt.datetime], settings: Any) -> 
         database=None,
         print_blob=True,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        # DEBOUNCE_SM_SHRINK=0: report the first failure as found (shrinking replays for minutes).
+        phases=PHASES if os.environ.get("DEBOUNCE_SM_SHRINK", "1") != "0" else PHASES[:-2],
     )
     with registered_tasks() as tasks:
         Env.tasks = tasks
@@ -348,3 +373,6 @@ def test_job_state_machine(clock: Callable[..., dt.datetime], settings: Any) -> 
                 f"{Env.steps} step(s); replay with DEBOUNCE_SM_SEED={seed}; "
                 f"seen: {dict(sorted(Env.seen.items()))}"
             )
+            if Env.first is not None:
+                print("first violation: example %d, step %d: %s" % Env.first)
+            Violation.on_raise = None
