@@ -47,7 +47,7 @@ RUNS: list[tuple[int, int, list[Any]]] = []
 FAIL: set[int] = set()
 
 
-class Planned(RuntimeError):
+class PlannedError(RuntimeError):
     """The failure the machine asked a run for."""
 
 
@@ -56,7 +56,7 @@ def _body(ctx: JobContext, *args: Any) -> str:
     RUNS.append((ctx.job.pk, ctx.attempt, _json(list(args))))
     if ctx.job.pk in FAIL:
         FAIL.discard(ctx.job.pk)
-        raise Planned(f"planned failure of job {ctx.job.pk}")
+        raise PlannedError(f"planned failure of job {ctx.job.pk}")
     return "ok"
 
 
@@ -108,7 +108,6 @@ def registered_tasks() -> Iterator[dict[str, Any]]:
     tasks = {}
     try:
         for spec in SPECS.values():
-
             if spec.payload == "none":
 
                 def body(ctx: JobContext, value: Any) -> str:
@@ -190,6 +189,9 @@ def db_jobs() -> dict[int, dict[str, Any]]:
             "expires_at": seconds(job.expires_at),
             "worker": job.worker_id,
             "key": job.debounce_key,
+            "started_at": seconds(job.started_at),
+            "finished_at": seconds(job.finished_at),
+            "lease_until": seconds(job.lease_expires_at),
         }
     return rows
 

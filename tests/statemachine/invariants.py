@@ -14,19 +14,23 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from .model import READY, RUNNING, MLetter, Model, Violation
+from .model import READY, RUNNING, MLetter, Model, ViolationError
 
 
-def compare(model: Model, rows: dict[int, dict[str, Any]], letters: list[tuple], now: float) -> None:
-    """Raise :class:`Violation` unless the database ``rows``/``letters`` are the model's."""
+def compare(
+    model: Model, rows: dict[int, dict[str, Any]], letters: list[tuple], now: float
+) -> None:
+    """Raise :class:`ViolationError` unless the database ``rows``/``letters`` are the model's."""
     if set(rows) != set(model.jobs):
         extra = sorted(set(rows) - set(model.jobs))
         missing = sorted(set(model.jobs) - set(rows))
-        raise Violation(f"at {now}: jobs in the database only {extra}, in the model only {missing}")
+        raise ViolationError(
+            f"at {now}: jobs in the database only {extra}, in the model only {missing}"
+        )
     opened = Counter((row["task"], row["key"]) for row in rows.values() if row["open"])
     doubled = [key for key, count in opened.items() if count > 1]
     if doubled:
-        raise Violation(f"at {now}: more than one open window for {doubled}")
+        raise ViolationError(f"at {now}: more than one open window for {doubled}")
     for pk, row in rows.items():
         job = model.jobs[pk]
         spec = model.specs[job.task]
@@ -41,14 +45,17 @@ def compare(model: Model, rows: dict[int, dict[str, Any]], letters: list[tuple],
             "expires_at": job.expires_at,
             "worker": job.worker if job.status == RUNNING else row["worker"],
             "key": job.key if spec.debounced else row["key"],
+            "started_at": job.started_at,
+            "finished_at": job.finished_at,
+            "lease_until": job.lease_until,
         }
         if row != expected:
             diff = {k: (row[k], expected[k]) for k in row if row[k] != expected[k]}
-            raise Violation(f"at {now}: job #{pk} ({job.task}) differs (db, model): {diff}")
+            raise ViolationError(f"at {now}: job #{pk} ({job.task}) differs (db, model): {diff}")
     got = Counter(_letter_key(letter, model) for letter in letters)
     want = Counter(_model_letter_key(letter, model) for letter in model.letters)
     if got != want:
-        raise Violation(
+        raise ViolationError(
             f"at {now}: dead letters differ: db only {sorted((got - want).elements())}, "
             f"model only {sorted((want - got).elements())}"
         )
@@ -87,4 +94,6 @@ def check_drained(model: Model, now: float) -> None:
             period = spec.rate[1]
             if any(now - period < t <= now for t in model.starts.get(job.task, [])):
                 continue
-        raise Violation(f"after a drain at {now}: #{job.id} ({job.task}) is due and was not taken")
+        raise ViolationError(
+            f"after a drain at {now}: #{job.id} ({job.task}) is due and was not taken"
+        )

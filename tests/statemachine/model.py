@@ -25,7 +25,7 @@ EXPIRED, SHED, CANCELLED = "EXPIRED", "SHED", "CANCELLED"
 FINISHED = frozenset({SUCCESSFUL, FAILED, EXPIRED, SHED, CANCELLED})
 
 
-class Violation(AssertionError):
+class ViolationError(AssertionError):
     """The package did something the contract does not allow."""
 
     #: Called with the message of every violation raised (the test notes the first one's step).
@@ -33,8 +33,8 @@ class Violation(AssertionError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
-        if Violation.on_raise is not None:
-            Violation.on_raise(message)
+        if ViolationError.on_raise is not None:
+            ViolationError.on_raise(message)
 
 
 @dataclass(frozen=True)
@@ -95,6 +95,8 @@ class MJob:
     worker: str = ""
     lease_until: float | None = None
     finished_at: float | None = None
+    started_at: float | None = None
+    started_before: float | None = None  # ``started_at`` before the current claim
     started: bool = False  # the current claim's run has started (its body may run)
     runs: int = 0  # bodies run to an outcome
 
@@ -141,14 +143,14 @@ class Model:
         """Apply one call the package made ``outcome`` on ``job_id``; raise if not the model's."""
         expected, known = self.predict_enqueue(task, key)
         if outcome != expected or (known is not None and known != job_id):
-            raise Violation(
+            raise ViolationError(
                 f"enqueue {task}[{key}] at {now}: got {outcome} #{job_id}, "
                 f"model says {expected} #{known}"
             )
         spec = self.specs[task]
         if outcome == "created":
             if job_id in self.jobs:
-                raise Violation(f"enqueue {task}[{key}] created #{job_id}, an id already used")
+                raise ViolationError(f"enqueue {task}[{key}] created #{job_id}, an id already used")
             job = MJob(
                 id=job_id,
                 task=task,
@@ -195,41 +197,44 @@ class Model:
         for pk in expired:
             job = self._ready(pk, now, "expired by a claim")
             if job.expires_at is None or job.expires_at > now:
-                raise Violation(f"claim at {now} expired #{pk}, expires at {job.expires_at}")
+                raise ViolationError(f"claim at {now} expired #{pk}, expires at {job.expires_at}")
             self._end(job, EXPIRED, now)
         taken_now = [pk for pk in claimed if self.specs[self.jobs[pk].task].drop]
         for pk in shed:
             job = self._ready(pk, now, "shed by a claim")
             spec = self.specs[job.task]
             if not spec.drop:
-                raise Violation(f"claim at {now} shed #{pk} of {job.task}, not a drop task")
+                raise ViolationError(f"claim at {now} shed #{pk} of {job.task}, not a drop task")
             if not (taken_now or self._recent_take(job.task, now)):
-                raise Violation(f"claim at {now} shed #{pk}: its bucket had a token")
+                raise ViolationError(f"claim at {now} shed #{pk}: its bucket had a token")
             self._end(job, SHED, now)
             self.letters.append(MLetter(pk, job.task, list(job.payload), "shed"))
         keys: set[tuple[str, str]] = set()
         for pk in claimed:
             job = self._ready(pk, now, "claimed")
             if job.expires_at is not None and job.expires_at <= now:
-                raise Violation(f"claim at {now} took #{pk}, expired at {job.expires_at}")
+                raise ViolationError(f"claim at {now} took #{pk}, expired at {job.expires_at}")
             spec = self.specs[job.task]
             if spec.debounced:
                 assert job.key is not None
                 if (job.task, job.key) in keys or self._key_held(job, now, before):
-                    raise Violation(f"claim at {now} took #{pk} while its key {job.key} was held")
+                    raise ViolationError(
+                        f"claim at {now} took #{pk} while its key {job.key} was held"
+                    )
                 keys.add((job.task, job.key))
             if spec.drop:
                 if self._recent_take(job.task, now):
-                    raise Violation(f"claim at {now} took #{pk}: its bucket had no token")
+                    raise ViolationError(f"claim at {now} took #{pk}: its bucket had no token")
                 self.takes.setdefault(job.task, []).append(now)
             job.status, job.open, job.worker = RUNNING, False, worker
             job.lease_until, job.attempts, job.started = now + self.lease, job.attempts + 1, False
+            job.started_before, job.started_at = job.started_at, now
 
     def _ready(self, pk: int, now: float, what: str) -> MJob:
         job = self.jobs.get(pk)
         if job is None or job.status != READY or job.run_at > now:
             state = None if job is None else (job.status, job.run_at)
-            raise Violation(f"#{pk} {what} at {now} but the model has it {state}")
+            raise ViolationError(f"#{pk} {what} at {now} but the model has it {state}")
         return job
 
     def _recent_take(self, task: str, now: float) -> bool:
@@ -258,22 +263,25 @@ class Model:
         """
         job = self.jobs[pk]
         if job.status != RUNNING or job.worker != worker or job.started:
-            raise Violation(f"hand-over of #{pk} to {worker}, model has {job.status}/{job.worker}")
+            raise ViolationError(
+                f"hand-over of #{pk} to {worker}, model has {job.status}/{job.worker}"
+            )
         if job.expires_at is not None and job.expires_at <= now:
             if started:
-                raise Violation(f"#{pk} started at {now}, past its expiry {job.expires_at}")
+                raise ViolationError(f"#{pk} started at {now}, past its expiry {job.expires_at}")
             job.attempts -= 1
+            job.started_at = job.started_before
             self._end(job, EXPIRED, now)
             return
         if not started:
-            raise Violation(f"#{pk} was not started at {now}; the model expected it to start")
+            raise ViolationError(f"#{pk} was not started at {now}; the model expected it to start")
         spec = self.specs[job.task]
         job.started = True
         self.running[pk] = worker
         if spec.concurrency is not None:
             alive = sum(1 for other in self.running if self.jobs[other].task == job.task)
             if alive > spec.concurrency:
-                raise Violation(f"#{pk} started at {now}: {alive} runs of {job.task} at once")
+                raise ViolationError(f"#{pk} started at {now}: {alive} runs of {job.task} at once")
         if spec.rate is not None and not spec.drop:
             starts = self.starts.setdefault(job.task, [])
             starts.append(now)
@@ -281,7 +289,7 @@ class Model:
             for first in starts:
                 count = sum(1 for t in starts if first <= t <= now)
                 if count > capacity + capacity * (now - first) / period + 1e-9:
-                    raise Violation(
+                    raise ViolationError(
                         f"{job.task}: {count} starts in [{first}, {now}], rate {capacity}/{period}s"
                     )
 
@@ -324,7 +332,7 @@ class Model:
             if job.status != RUNNING or job.lease_until is None or job.lease_until > now:
                 continue
             if job.id in self.running:
-                raise Violation(f"#{job.id}'s lease lapsed at {now} while its run is alive")
+                raise ViolationError(f"#{job.id}'s lease lapsed at {now} while its run is alive")
             if job.attempts <= job.max_retries:
                 job.status, job.worker, job.lease_until, job.started = READY, "", None, False
                 requeued += 1
@@ -341,6 +349,7 @@ class Model:
             assert job.status == RUNNING and not job.started, job
             job.status, job.worker, job.lease_until = READY, "", None
             job.attempts -= 1
+            job.started_at = job.started_before
 
     def prune(self, cutoff: float) -> int:
         """Delete finished jobs that finished before ``cutoff``; dead letters stay."""

@@ -44,7 +44,7 @@ from django_debounce.models import DeadLetter, Job, QueueState, TaskState
 
 from .harness import FAIL, LEASE, RUNS, SPECS, LogicalWorker, db_jobs, db_letters, registered_tasks
 from .invariants import check_drained, compare
-from .model import FINISHED, READY, Model, Violation
+from .model import FINISHED, READY, Model, ViolationError
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -59,7 +59,7 @@ RACED = ("sm.merge", "sm.replace")
 PHASES = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink, Phase.explain)
 
 
-class _Rollback(Exception):
+class _RollbackError(Exception):
     """Raised inside ``transaction.atomic()`` to roll the calls back."""
 
 
@@ -80,8 +80,11 @@ class Env:
         if cls.first is None:
             cls.first = (cls.examples, cls.steps, message)
             # Straight to the terminal: shrinking may outlast the test's timeout.
-            print(f"\nfirst violation: example {cls.examples}, step {cls.steps}: {message}",
-                  file=sys.__stderr__, flush=True)
+            print(
+                f"\nfirst violation: example {cls.examples}, step {cls.steps}: {message}",
+                file=sys.__stderr__,
+                flush=True,
+            )
 
 
 class JobMachine(RuleBasedStateMachine):
@@ -100,6 +103,9 @@ class JobMachine(RuleBasedStateMachine):
         self.workers = [LogicalWorker("a", 1), LogicalWorker("b", 2)]
         self.drainer = LogicalWorker("drain", 8)
         self.calls = 0
+        #: Runs of killed workers, still going in a process cut off from the database (a
+        #: partition, not a kill): their late outcomes must be discarded (§11).
+        self.zombies: list[tuple[str, Job]] = []
 
     # -- helpers -----------------------------------------------------------------------------
     def _call(self, task: str, key: str) -> list[Any]:
@@ -127,7 +133,7 @@ class JobMachine(RuleBasedStateMachine):
             got = leases.reclaim_expired_leases(using="default")
             want = self.model.reclaim(self.now)
             if got != want:
-                raise Violation(f"reclaim at {self.now}: db {got}, model {want}")
+                raise ViolationError(f"reclaim at {self.now}: db {got}, model {want}")
             Env.seen.update(requeued_after_lapse=got[0], dead_lettered_after_lapse=got[1])
 
     def _claim(self, w: LogicalWorker, limit: int) -> list[Job]:
@@ -144,7 +150,9 @@ class JobMachine(RuleBasedStateMachine):
         for job in jobs:  # what the claim returned is what runs (§4.5, decision 146)
             want = self.model.jobs[job.pk].payload
             if job.args != want:
-                raise Violation(f"claim at {self.now} returned #{job.pk} with {job.args}, not {want}")
+                raise ViolationError(
+                    f"claim at {self.now} returned #{job.pk} with {job.args}, not {want}"
+                )
         self._pump(w)
         return jobs
 
@@ -166,7 +174,9 @@ class JobMachine(RuleBasedStateMachine):
         mjob = self.model.jobs[job.pk]
         ran = RUNS[-1]
         if ran != (job.pk, mjob.attempts, mjob.payload):
-            raise Violation(f"run at {self.now}: {ran}, model says {(job.pk, mjob.attempts, mjob.payload)}")
+            raise ViolationError(
+                f"run at {self.now}: {ran}, model says {(job.pk, mjob.attempts, mjob.payload)}"
+            )
         self.model.finish(job.pk, ok, self.now)
         Env.seen["succeeded" if ok else "failed"] += 1
         self._pump(w)
@@ -177,7 +187,11 @@ class JobMachine(RuleBasedStateMachine):
         args = self._call(task, key)
         self._apply(task, key, args, Env.tasks[task].apply_async(args=args))
 
-    @rule(calls=st.lists(st.tuples(st.sampled_from(NAMES), st.sampled_from(KEYS)), min_size=2, max_size=4))
+    @rule(
+        calls=st.lists(
+            st.tuples(st.sampled_from(NAMES), st.sampled_from(KEYS)), min_size=2, max_size=4
+        )
+    )
     def enqueue_bulk(self, calls: list[tuple[str, str]]) -> None:
         made = [(task, key, self._call(task, key)) for task, key in calls]
         jobs = enqueue_many([(Env.tasks[task], args) for task, _, args in made])
@@ -185,7 +199,9 @@ class JobMachine(RuleBasedStateMachine):
             self._apply(task, key, args, job)
 
     @rule(
-        calls=st.lists(st.tuples(st.sampled_from(NAMES), st.sampled_from(KEYS)), min_size=1, max_size=3),
+        calls=st.lists(
+            st.tuples(st.sampled_from(NAMES), st.sampled_from(KEYS)), min_size=1, max_size=3
+        ),
         bulk=st.booleans(),
     )
     def enqueue_rolled_back(self, calls: list[tuple[str, str]], bulk: bool) -> None:
@@ -197,8 +213,8 @@ class JobMachine(RuleBasedStateMachine):
                 else:
                     for task, args in made:
                         Env.tasks[task].apply_async(args=args)
-                raise _Rollback
-        except _Rollback:
+                raise _RollbackError
+        except _RollbackError:
             pass  # no trace: the next compare checks every row
 
     @rule(step=st.sampled_from(STEP_SIZES))
@@ -232,8 +248,20 @@ class JobMachine(RuleBasedStateMachine):
         """SIGKILL: its runs stop; after the lease the jobs are reclaimed (at-least-once)."""
         w = self.workers[which]
         self.model.kill(w.worker_id)
+        self.zombies.extend((w.worker_id, job) for job in w.running)
         w.restart()
         self._advance(LEASE.total_seconds() + 1)
+
+    @precondition(lambda self: bool(self.zombies))
+    @rule(index=st.integers(0, 3), ok=st.booleans())
+    def late_finish(self, index: int, ok: bool) -> None:
+        """A run whose lease lapsed ends late: its outcome is discarded (the lease is a fence)."""
+        worker_id, job = self.zombies.pop(index % len(self.zombies))
+        if not ok:
+            FAIL.add(job.pk)
+        run_job(job, worker_id=worker_id, using="default", retry_for=LEASE, successes=None)
+        FAIL.discard(job.pk)
+        Env.seen["late_finish"] += 1
 
     @precondition(lambda self: any(w.waiting for w in self.workers))
     @rule(which=st.integers(0, 1))
@@ -257,14 +285,14 @@ class JobMachine(RuleBasedStateMachine):
             .first()
         )
         if row is None:
-            raise Violation(f"no dead letter in the database for {letter}")
+            raise ViolationError(f"no dead letter in the database for {letter}")
         job = row.retry(force=force)
         if letter.retried and not force:
             if job is not None:
-                raise Violation(f"retrying {letter} again without force went to #{job.pk}")
+                raise ViolationError(f"retrying {letter} again without force went to #{job.pk}")
             return
         if job is None:
-            raise Violation(f"retrying {letter} did nothing")
+            raise ViolationError(f"retrying {letter} did nothing")
         spec = SPECS[letter.task]
         key = letter.args[0] if spec.payload != "none" else "-"
         self.model.apply_enqueue(letter.task, key, list(letter.args), self.now, job.outcome, job.pk)
@@ -276,7 +304,7 @@ class JobMachine(RuleBasedStateMachine):
         result = retention.prune_jobs(older_than=dt.timedelta(seconds=30))
         want = self.model.prune(self.now - 30)
         if result.jobs != want:
-            raise Violation(f"prune at {self.now} deleted {result.jobs}, model {want}")
+            raise ViolationError(f"prune at {self.now} deleted {result.jobs}, model {want}")
 
     @rule()
     def drain(self) -> None:
@@ -287,7 +315,9 @@ class JobMachine(RuleBasedStateMachine):
             jobs = self._claim(w, 8)
             while w.running:
                 self._finish(w, 0, True)
-            changed = any(self.model.jobs[pk].status != s for pk, s in before.items() if pk in self.model.jobs)
+            changed = any(
+                self.model.jobs[pk].status != s for pk, s in before.items() if pk in self.model.jobs
+            )
             if not jobs and not changed:
                 break
         check_drained(self.model, self.now)
@@ -330,7 +360,10 @@ class JobMachine(RuleBasedStateMachine):
         return [
             job
             for job in self.model.jobs.values()
-            if job.task in RACED and job.open and job.max_run_at is not None and job.max_run_at <= self.now
+            if job.task in RACED
+            and job.open
+            and job.max_run_at is not None
+            and job.max_run_at <= self.now
         ]
 
     # -- invariants --------------------------------------------------------------------------
@@ -344,7 +377,7 @@ class JobMachine(RuleBasedStateMachine):
         for w in [*self.workers, self.drainer]:
             for job in w.held():
                 if self.model.jobs[job.pk].status in FINISHED:
-                    raise Violation(f"#{job.pk} finished but {w.worker_id} still holds it")
+                    raise ViolationError(f"#{job.pk} finished but {w.worker_id} still holds it")
 
 
 def test_job_state_machine(clock: Callable[..., dt.datetime], settings: Any) -> None:
@@ -352,7 +385,7 @@ def test_job_state_machine(clock: Callable[..., dt.datetime], settings: Any) -> 
     settings.DEBOUNCE_BACKOFF_JITTER = False
     seed = int(os.environ.get("DEBOUNCE_SM_SEED") or random.randrange(2**32))
     Env.clock, Env.steps, Env.examples, Env.seen, Env.first = clock, 0, 0, Counter(), None
-    Violation.on_raise = Env.note_violation
+    ViolationError.on_raise = Env.note_violation
     budget = hypothesis.settings(
         max_examples=EXAMPLES,
         stateful_step_count=STEPS,
@@ -374,5 +407,6 @@ def test_job_state_machine(clock: Callable[..., dt.datetime], settings: Any) -> 
                 f"seen: {dict(sorted(Env.seen.items()))}"
             )
             if Env.first is not None:
-                print("first violation: example %d, step %d: %s" % Env.first)
-            Violation.on_raise = None
+                example, step, message = Env.first
+                print(f"first violation: example {example}, step {step}: {message}")
+            ViolationError.on_raise = None
