@@ -45,6 +45,8 @@ SPECS: dict[str, Spec] = {
 RUNS: list[tuple[int, int, list[Any]]] = []
 #: Job ids whose next run raises.
 FAIL: set[int] = set()
+#: Job ids whose next run returns what JSON cannot hold (a dict with a tuple key, decision 149).
+ODD: set[int] = set()
 
 
 class PlannedError(RuntimeError):
@@ -57,6 +59,9 @@ def _body(ctx: JobContext, *args: Any) -> str:
     if ctx.job.pk in FAIL:
         FAIL.discard(ctx.job.pk)
         raise PlannedError(f"planned failure of job {ctx.job.pk}")
+    if ctx.job.pk in ODD:
+        ODD.discard(ctx.job.pk)
+        return {(1, 2): "pair"}  # type: ignore[return-value]
     return "ok"
 
 

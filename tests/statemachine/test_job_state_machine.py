@@ -42,7 +42,17 @@ from django_debounce.bulk_enqueue import enqueue_many
 from django_debounce.execution import run_job
 from django_debounce.models import DeadLetter, Job, QueueState, TaskState
 
-from .harness import FAIL, LEASE, RUNS, SPECS, LogicalWorker, db_jobs, db_letters, registered_tasks
+from .harness import (
+    FAIL,
+    LEASE,
+    ODD,
+    RUNS,
+    SPECS,
+    LogicalWorker,
+    db_jobs,
+    db_letters,
+    registered_tasks,
+)
 from .invariants import check_drained, compare
 from .model import FINISHED, READY, Model, ViolationError
 
@@ -96,6 +106,7 @@ class JobMachine(RuleBasedStateMachine):
             model.objects.all().delete()
         RUNS.clear()
         FAIL.clear()
+        ODD.clear()
         self.now = 0.0
         Env.clock(seconds=0)
         Env.examples += 1
@@ -166,10 +177,12 @@ class JobMachine(RuleBasedStateMachine):
             if started:
                 w.running.append(job)
 
-    def _finish(self, w: LogicalWorker, index: int, ok: bool) -> None:
+    def _finish(self, w: LogicalWorker, index: int, ok: bool, odd: bool = False) -> None:
         job = w.running.pop(index % len(w.running))
         if not ok:
             FAIL.add(job.pk)
+        elif odd:  # an odd result is a success like any other, stored as its repr
+            ODD.add(job.pk)
         run_job(job, worker_id=w.worker_id, using="default", retry_for=LEASE, successes=None)
         mjob = self.model.jobs[job.pk]
         ran = RUNS[-1]
@@ -236,11 +249,11 @@ class JobMachine(RuleBasedStateMachine):
         self._finish(w, 0, True)
 
     @precondition(lambda self: any(w.running for w in self.workers))
-    @rule(which=st.integers(0, 1), index=st.integers(0, 3), ok=st.booleans())
-    def finish(self, which: int, index: int, ok: bool) -> None:
+    @rule(which=st.integers(0, 1), index=st.integers(0, 3), ok=st.booleans(), odd=st.booleans())
+    def finish(self, which: int, index: int, ok: bool, odd: bool) -> None:
         w = self.workers[which]
         if w.running:
-            self._finish(w, index, ok)
+            self._finish(w, index, ok, odd)
 
     @precondition(lambda self: any(w.held() for w in self.workers))
     @rule(which=st.integers(0, 1))
