@@ -67,4 +67,14 @@ def ensure_task_states(gates: Mapping[str, Gate], using: str) -> None:
         _known[using] = _known.get(using, frozenset()) | wanted
 
 
-__all__ = ["ensure_task_states"]
+def forget() -> None:
+    """Forget the names seen, so the next claim checks their rows again.
+
+    For code that deletes :class:`~django_debounce.models.TaskState` rows and wants
+    them made again before the next claim (a test that rolls its rows back).
+    """
+    with _lock:
+        _known.clear()
+
+
+__all__ = ["ensure_task_states", "forget"]

@@ -12,8 +12,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from django_debounce import holds
+from django_debounce import holds, task_states
 from django_debounce.claim import claim_jobs
+from django_debounce.claim_rules import current_gates
 from django_debounce.models import DeadLetter, Job, JobDependency, QueueState, TaskState
 from tests.conftest import T
 from tests.db.test_admin import staff, url
@@ -292,20 +293,22 @@ def test_task_state_page_shows_state_now(admin_client, clock, holds_tasks):
 
 
 def test_task_state_page_says_when_rows_appear(admin_client, clock, holds_tasks):
-    """Empty, the page explains itself; a claim of a gated task's due job makes the row."""
-    empty = "No task states yet: no worker has claimed a due job of a task with a rate limit"
-    JobFactory(task_name="tests.noop")
-    JobFactory(task_name="holds.rated", run_at=T + dt.timedelta(minutes=1))  # not due yet
-    assert claimed_ids() != set()  # the plain job: no row for a task without flow control
+    """Empty, the page explains itself; a worker's first claim makes the rows of the gated tasks
+    it knows, before its transaction (decision 148), whichever job it finds due."""
+    empty = "No task states yet: no worker has claimed since a task with a rate limit"
+    task_states.forget()  # this process's claims made them for an earlier, rolled-back test
     page = admin_client.get(url("taskstate")).content.decode()
-    assert "A task's row is created the first time a worker's claim finds" in page
+    assert "A task's row is created by the first claim a worker makes" in page
     assert empty in page
     assert TaskState.objects.count() == 0
 
-    clock(minutes=1)
-    assert len(claimed_ids()) == 1
+    JobFactory(task_name="tests.noop")
+    JobFactory(task_name="holds.rated", run_at=T + dt.timedelta(minutes=1))  # not due yet
+    assert claimed_ids() != set()  # the plain job
+    rows = dict(TaskState.objects.values_list("task_name", "tokens"))
+    assert set(rows) == set(current_gates()) >= set(holds_tasks)
+    assert set(rows.values()) == {None}  # full buckets: nothing was taken
     page = admin_client.get(url("taskstate")).content.decode()
-    assert list(TaskState.objects.values_list("task_name", flat=True)) == ["holds.rated"]
     assert empty not in page and "A task's row is created" in page
     # A search that finds nothing is not "no rows yet".
     assert empty not in admin_client.get(url("taskstate") + "?q=holds.none").content.decode()
