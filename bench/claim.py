@@ -81,7 +81,7 @@ def claim_all(jobs: int, limit: int) -> tuple[float, int]:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from django_debounce.claim import claim_jobs
+    from django_debounce.claim.claiming import claim_jobs
     from django_debounce.models import Job
 
     first = len(claim_jobs(worker_id="bench", limit=limit, lease=timedelta(minutes=10)))
@@ -106,7 +106,7 @@ def claim_all(jobs: int, limit: int) -> tuple[float, int]:
 
 def check_path(variant: str) -> None:
     """Fail unless the variant's flow-control state rows were written (its path really ran)."""
-    from django_debounce.claim_rules import current_gates
+    from django_debounce.flow.rules import current_gates
     from django_debounce.models import QueueState, TaskState
 
     if variant.startswith("gate") and not current_gates():
@@ -118,8 +118,8 @@ def check_path(variant: str) -> None:
     if variant in states and not states[variant].exists():
         raise SystemExit(f"{variant}: no state row was written; the claim took another path")
     if variant == REDIS_VARIANT:
-        from django_debounce import redis_buckets
-        from django_debounce.throttle import bucket_for
+        from django_debounce.flow import redis_buckets
+        from django_debounce.flow.throttle import bucket_for
 
         store = redis_buckets.store()
         level = store.levels({PLAIN: bucket_for("1/s")})[PLAIN] if store is not None else None

@@ -73,7 +73,7 @@ def claim_round(due: int, limit: int) -> tuple[list[float], str]:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from django_debounce.claim import claim_jobs
+    from django_debounce.claim.claiming import claim_jobs
 
     execute(DUE, {"task": TASK, "n": due})
     lease = timedelta(minutes=10)

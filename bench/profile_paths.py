@@ -328,7 +328,7 @@ def fill(n: int) -> None:
 
 def drain_path(args: argparse.Namespace, name: str, recorder: Recorder) -> None:
     from django_debounce.models import Job
-    from django_debounce.worker import Worker
+    from django_debounce.worker.loop import Worker
 
     sessions: list[Any] = []
     lock = threading.Lock()
@@ -392,7 +392,7 @@ def wakeup_path(args: argparse.Namespace, name: str, recorder: Recorder, tasks: 
     from django.db import connection
 
     from django_debounce.models import Job
-    from django_debounce.worker import Worker
+    from django_debounce.worker.loop import Worker
 
     print("\n## wake-up (LISTEN/NOTIFY)\n")
     Job.objects.all().delete()

@@ -40,14 +40,14 @@ __all__ = [
 
 
 def enqueue(task_name: str, args: Any = (), kwargs: Any = None, **options: Any) -> Job:
-    """Enqueue a call of the task registered as ``task_name``; see :func:`django_debounce.enqueueing.enqueue`."""
-    from .enqueueing import enqueue as _enqueue
+    """Enqueue a call of the task registered as ``task_name``; see :func:`django_debounce.enqueueing.call.enqueue`."""
+    from .enqueueing.call import enqueue as _enqueue
 
     return _enqueue(task_name, args, kwargs, **options)
 
 
 def enqueue_many(calls: Any, *, using: str | None = None) -> list[Job]:
-    """Enqueue many calls in one transaction; see :func:`django_debounce.bulk_enqueue.enqueue_many`."""
-    from .bulk_enqueue import enqueue_many as _enqueue_many
+    """Enqueue many calls in one transaction; see :func:`django_debounce.enqueueing.bulk.enqueue_many`."""
+    from .enqueueing.bulk import enqueue_many as _enqueue_many
 
     return _enqueue_many(calls, using=using)

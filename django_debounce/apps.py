@@ -13,11 +13,10 @@ from django.utils.module_loading import module_has_submodule
 
 from .checks import register_checks
 from .conf import settings
+from .contrib.django_tasks.checks import TASK_MODULE_ERRORS
 from .exceptions import ConfigurationError
-from .integration_checks import TASK_MODULE_ERRORS
 from .signals import job_enqueued
-from .wakeup_checks import register_wakeup_checks
-from .wakeup_redis import publish_after_commit
+from .worker.wakeup_redis import publish_after_commit
 
 if TYPE_CHECKING:
     from .models import DeadLetter, Job
@@ -34,27 +33,26 @@ class DjangoDebounceConfig(AppConfig):
 
     def ready(self) -> None:
         register_checks()
-        register_wakeup_checks()
         # Publishes nothing unless the wake-up is "redis" (decision 82).
         job_enqueued.connect(publish_after_commit, dispatch_uid="django_debounce.wakeup_redis")
         import_tasks_modules()
         if _metrics_wanted():
-            from .metrics import install
+            from .contrib.prometheus.metrics import install
 
             install()
         if importlib.util.find_spec("celery") is not None:
             # The Celery executor's tasks (issue #10): registered with every Celery app of the
             # process, so `celery -A proj worker` runs handed-off jobs without more setup.
-            from . import celery_tasks  # noqa: F401
+            from .contrib.celery import tasks as celery_tasks  # noqa: F401
 
     def retry_dead_letter(self, letter: DeadLetter, *, force: bool) -> Job | None:
         """Retry ``letter``: what :meth:`.DeadLetter.retry` delegates to (decision 69).
 
         The model sits below the enqueue path, so it reaches
-        :func:`django_debounce.dead_letters.retry_dead_letter` through the app
+        :func:`django_debounce.ops.dead_letters.retry_dead_letter` through the app
         registry instead of importing it; this top-layer module imports it.
         """
-        from .dead_letters import retry_dead_letter
+        from .ops.dead_letters import retry_dead_letter
 
         return retry_dead_letter(letter, force=force)
 

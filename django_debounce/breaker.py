@@ -17,7 +17,7 @@ worker of the deployment sees one breaker:
   that was shed before it ran no longer blocks: the next claim admits a new probe.
 
 The transition functions here are pure (they change a ``TaskState`` in memory
-and say whether it changed); :mod:`django_debounce.admission` and the worker
+and say whether it changed); :mod:`django_debounce.flow.admission` and the worker
 save the row under its lock.
 """
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from .durations import DurationLike, parse_duration
+from .conf.durations import DurationLike, parse_duration
 from .exceptions import ConfigurationError
 
 if TYPE_CHECKING:

@@ -4,7 +4,7 @@ Building a claim's SQL through the ORM (``filter``/``Exists``/``as_sql``) costs
 milliseconds of Python, far more than the database's own work, and a worker
 runs the same few statements thousands of times with only a handful of values
 changing (the clock, the claimed ids, its worker id, a result). The querysets
-stay the source of truth (:func:`~django_debounce.claim_rules.claimable_jobs`, the
+stay the source of truth (:func:`~django_debounce.flow.rules.claimable_jobs`, the
 fenced ``update()`` calls): :func:`compiled` builds the ORM query with
 sentinel values for its *slots*, compiles it, compiles it again with one
 slot's sentinel changed at a time to find that slot's parameter positions, and

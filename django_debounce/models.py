@@ -378,7 +378,7 @@ class DeadLetter(models.Model):
         queue, priority and metadata (no eta, no expiry), so a debounced task
         joins the key's open window if there is one.
 
-        The work is done by :func:`django_debounce.dead_letters.retry_dead_letter`.
+        The work is done by :func:`django_debounce.ops.dead_letters.retry_dead_letter`.
         ``models`` sits below the enqueue path and imports nothing above it, so
         this method reaches that function through Django's app registry: the
         app config (``apps.py``, the package's top layer) provides

@@ -6,8 +6,8 @@ with :func:`dataclasses.replace`, which runs the same checks again as a call
 (:func:`merge_call`). The options a call may give are the fields marked
 ``per_call`` plus the fields of :class:`CallOnlyOptions`; the options a task
 may declare are the fields of :class:`TaskOptions`. :class:`Plan` is what
-:mod:`django_debounce.planning` makes of a call and
-:mod:`django_debounce.enqueueing` writes.
+:mod:`django_debounce.enqueueing.planning` makes of a call and
+:mod:`django_debounce.enqueueing.call` writes.
 
 The order of the checks is part of the contract: when several things are
 wrong, the first check listed in :func:`_check_declaration` (at registration)
@@ -23,11 +23,11 @@ from typing import Final, NamedTuple
 
 from .breaker import CircuitBreaker
 from .conf import settings
-from .durations import DurationLike
+from .conf.durations import DurationLike
+from .conf.executor import parse_executor
+from .conf.numbers import parse_max_retries
 from .exceptions import ConfigurationError
-from .executor_settings import parse_executor
 from .keys import check_template
-from .number_settings import parse_max_retries
 from .validators import (
     check_duration,
     check_flow_control,
@@ -125,7 +125,7 @@ class TaskOptions:
 class CallOnlyOptions:
     """The options a call may give that a task never declares (§2).
 
-    Checked by :func:`django_debounce.planning.schedule` (``depends_on``:
+    Checked by :func:`django_debounce.enqueueing.planning.schedule` (``depends_on``:
     by the planning's first step), not merged onto the task's options.
     """
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .durations import parse_duration
+from .conf.durations import parse_duration
 from .exceptions import ConfigurationError
 
 #: ``[0-9]``, not ``\d`` (which takes any Unicode digit: ``"١٠/s"``), as in durations.

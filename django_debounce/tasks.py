@@ -1,7 +1,7 @@
 """Declaring tasks: :func:`task`, :func:`debounced_task` and :class:`Task` (contract §2).
 
 Nothing here touches the database; ``delay``/``apply_async`` hand over to
-:mod:`django_debounce.enqueueing`.
+:mod:`django_debounce.enqueueing.call`.
 """
 
 from __future__ import annotations
@@ -11,15 +11,15 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
 from . import registry
-from .celery_stacking import adopt, missing_attribute
 from .conf import settings
 from .exceptions import ConfigurationError
 from .options import TaskOptions, declare
+from .task_stacking import adopt, missing_attribute
 from .validators import check_task_name
 
 if TYPE_CHECKING:
+    from .conf.durations import DurationLike
     from .context import JobContext
-    from .durations import DurationLike
     from .models import Job
 
 __all__ = ["Task", "TaskOptions", "call_signature", "debounced_task", "task"]
@@ -124,7 +124,7 @@ class Task(Generic[P, R]):
         """Enqueue a call with the task's default options (§2). See :meth:`apply_async`."""
         # At call time: the enqueue path needs the models, and this module is imported
         # before the app registry is ready (settings, ``tasks.py`` modules).
-        from .enqueueing import enqueue_call
+        from .enqueueing.call import enqueue_call
 
         return enqueue_call(self, self.name, args, kwargs, {})
 
@@ -134,7 +134,7 @@ class Task(Generic[P, R]):
         Each item is one call's positional arguments, as ``delay(*item)`` would
         take them: ``build_report.delay_many([(1,), (2,)])``. For keyword
         arguments, options or several tasks use
-        :func:`~django_debounce.bulk_enqueue.enqueue_many`, which this calls.
+        :func:`~django_debounce.enqueueing.bulk.enqueue_many`, which this calls.
 
         Returns:
             One job per call, in order, each with its call's ``outcome``.
@@ -144,7 +144,7 @@ class Task(Generic[P, R]):
                 invalid (the message names its index, ``call [i]``); nothing is written.
             EnqueueContentionError: as for :meth:`apply_async`.
         """
-        from .bulk_enqueue import enqueue_many
+        from .enqueueing.bulk import enqueue_many
 
         return enqueue_many([(self, args) for args in calls])
 
@@ -179,7 +179,7 @@ class Task(Generic[P, R]):
             NotMigratedError: the database has no django_debounce tables (run
                 ``python manage.py migrate``).
         """
-        from .enqueueing import enqueue_call
+        from .enqueueing.call import enqueue_call
 
         return enqueue_call(self, self.name, args, kwargs or {}, options)
 

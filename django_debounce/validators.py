@@ -15,7 +15,7 @@ from datetime import timedelta
 from . import codec
 from .breaker import CircuitBreaker
 from .conf import settings
-from .durations import parse_duration
+from .conf.durations import parse_duration
 from .exceptions import ConfigurationError, PayloadError
 from .rates import parse_rate
 

@@ -14,7 +14,7 @@ import os
 import django
 from celery import Celery
 
-from django_debounce.celery_metrics import add_worker_metrics
+from django_debounce.contrib.celery.metrics import add_worker_metrics
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings_celery")
 

@@ -327,13 +327,13 @@ def freeze_outside_transaction(proc: Proc, *, pg_app_name: str | None, tries: in
 
 
 class WorkerThread:
-    """A :class:`~django_debounce.worker.Worker` in a thread of the test process.
+    """A :class:`~django_debounce.worker.loop.Worker` in a thread of the test process.
 
     ``stop()`` asks it to stop, joins it and re-raises what it raised.
     """
 
     def __init__(self, worker_id: str, **options: Any) -> None:
-        from django_debounce.worker import Worker
+        from django_debounce.worker.loop import Worker
 
         options.setdefault("poll_interval", 0.1)
         self.worker = Worker(handle_signals=False, worker_id=worker_id, **options)

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.urls import include, path
 
-from django_debounce.metrics_views import metrics_view
+from django_debounce.contrib.prometheus.views import metrics_view
 
 urlpatterns = [
     path("admin/", admin.site.urls),

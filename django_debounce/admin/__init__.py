@@ -1,10 +1,10 @@
 """The admin: open windows, jobs, dead letters and flow-control state (contract §6, §8, §9).
 
 Every page is read-only: rows change only through the package's transitions,
-here the actions "Run now" and "Cancel" (READY jobs, :mod:`django_debounce.windows`) and
+here the actions "Run now" and "Cancel" (READY jobs, :mod:`django_debounce.ops.windows`) and
 "Retry selected" (dead letters, :meth:`.DeadLetter.retry`). There is no add,
 change or delete anywhere. A READY job's page says what holds it back
-(:mod:`django_debounce.hold_reasons`); the task and queue state pages show breakers, token
+(:mod:`django_debounce.flow.hold_reasons`); the task and queue state pages show breakers, token
 buckets, caps and CoDel as of now.
 
 Changelists stay cheap on large tables (issue #4, 1M jobs): a page load runs a

@@ -16,8 +16,8 @@ from django.utils import timezone
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
-from .. import hold_reasons
-from ..claim_rules import live_lease
+from ..flow import hold_reasons
+from ..flow.rules import live_lease
 from ..models import Job, QueueState, TaskState
 from .base import ReadOnlyAdmin
 from .helpers import (

@@ -1,7 +1,7 @@
 """The jobs and open-windows pages (contract §4.1, §9).
 
 :class:`JobAdmin` lists every job; its detail page says why the job ran when it
-did (:data:`RUN_REASONS`), what holds a READY job back (:mod:`django_debounce.hold_reasons`)
+did (:data:`RUN_REASONS`), what holds a READY job back (:mod:`django_debounce.flow.hold_reasons`)
 and why a job never ran. :class:`OpenWindowAdmin` lists the open debounce
 windows with a live countdown. Both carry the "Run now" and "Cancel" actions
 (:mod:`.window_actions`).
@@ -20,7 +20,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from .. import hold_reasons
+from ..flow import hold_reasons
 from ..models import DeadLetter, Job, OpenWindow
 from .helpers import (
     QueueFilter,
@@ -160,7 +160,7 @@ class JobAdmin(WindowActionsAdmin):
 
     @admin.display(description=_("held back by"))
     def held_back_by(self, job: Job) -> SafeString | str:
-        """What keeps a READY job from being claimed now (:func:`.hold_reasons.held_back`)."""
+        """What keeps a READY job from being claimed now (:func:`django_debounce.flow.hold_reasons.held_back`)."""
         if job.status != Job.Status.READY:
             return "—"
         found = hold_reasons.held_back(job)

@@ -1,4 +1,4 @@
-"""The "Run now" and "Cancel" actions on READY jobs (:mod:`django_debounce.windows`).
+"""The "Run now" and "Cancel" actions on READY jobs (:mod:`django_debounce.ops.windows`).
 
 :class:`WindowActionsAdmin` holds them, their permission (``change_job``) and
 their messages; the jobs and open-windows pages (:mod:`.jobs`) inherit it.
@@ -16,8 +16,9 @@ from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from .. import hold_reasons, windows
+from ..flow import hold_reasons
 from ..models import Job
+from ..ops import windows
 from .base import MAX_ACTION_ROWS, CallDisplayAdmin
 
 
@@ -130,7 +131,7 @@ class WindowActionsAdmin(CallDisplayAdmin):
 
     @admin.action(description=_("Run now (deadline = now)"), permissions=["windows"])
     def run_now(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        """Make the selected READY jobs due now (:func:`.windows.run_now`)."""
+        """Make the selected READY jobs due now (:func:`django_debounce.ops.windows.run_now`)."""
         if not self.has_windows_permission(request):
             raise PermissionDenied
         ids = self._selected(request, queryset)
@@ -150,7 +151,7 @@ class WindowActionsAdmin(CallDisplayAdmin):
 
     @admin.action(description=_("Cancel (never run)"), permissions=["windows"])
     def cancel(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        """Cancel the selected READY jobs and their dependents (:func:`.windows.cancel`)."""
+        """Cancel the selected READY jobs and their dependents (:func:`django_debounce.ops.windows.cancel`)."""
         if not self.has_windows_permission(request):
             raise PermissionDenied
         ids = self._selected(request, queryset)

@@ -10,7 +10,7 @@ import argparse
 import math
 from collections.abc import Callable
 
-from django_debounce.number_settings import MAX_POLL_INTERVAL, seconds_range
+from ..conf.numbers import MAX_POLL_INTERVAL, seconds_range
 
 
 def _integer(value: str, minimum: int, maximum: int | None = None) -> int:

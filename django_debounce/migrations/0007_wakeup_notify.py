@@ -17,7 +17,7 @@ from typing import Any
 
 from django.db import migrations
 
-#: The channel (``django_debounce.wakeup.CHANNEL`` must match it).
+#: The channel (``django_debounce.worker.wakeup.CHANNEL`` must match it).
 CHANNEL = "django_debounce_wakeup"
 
 FORWARD = [

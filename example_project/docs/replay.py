@@ -34,7 +34,7 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import Count, F, Q, Sum
 
 from django_debounce.models import DeadLetter, Job
-from django_debounce.worker import Worker
+from django_debounce.worker.loop import Worker
 
 from .events import Event
 from .models import DocBuild

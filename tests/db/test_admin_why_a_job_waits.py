@@ -1,4 +1,4 @@
-"""Why a READY job waits (``django_debounce.holds`` and the job page's "held back by" line),
+"""Why a READY job waits (``django_debounce.flow.hold_reasons`` and the job page's "held back by" line),
 "why it ran when it did" for jobs that did not run, and the read-only flow-control pages
 (TaskState, QueueState) of the admin (issue #4 follow-ups from a new user's trial).
 """
@@ -12,9 +12,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from django_debounce import holds, task_states
-from django_debounce.claim import claim_jobs
-from django_debounce.claim_rules import current_gates
+from django_debounce.claim import task_states
+from django_debounce.claim.claiming import claim_jobs
+from django_debounce.flow import hold_reasons as holds
+from django_debounce.flow.rules import current_gates
 from django_debounce.models import DeadLetter, Job, JobDependency, QueueState, TaskState
 from tests.conftest import T
 from tests.db.test_admin import staff, url

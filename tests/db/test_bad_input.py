@@ -14,7 +14,7 @@ from django.core.management import CommandError, call_command
 from django.test import override_settings
 
 from django_debounce import codec, debounced_task, enqueue, task
-from django_debounce.checks import check_use_tz
+from django_debounce.checks.settings import check_use_tz
 from django_debounce.exceptions import (
     ConfigurationError,
     KeyResolutionError,

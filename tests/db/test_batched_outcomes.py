@@ -21,10 +21,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from django_debounce import registry
-from django_debounce.claim import claim_jobs
+from django_debounce.claim.claiming import claim_jobs
 from django_debounce.models import Job
-from django_debounce.outcome_batches import SuccessBatch
-from django_debounce.worker import Worker
+from django_debounce.run.success_batches import SuccessBatch
+from django_debounce.worker.loop import Worker
 from tests.conftest import T
 from tests.testapp import tasks_flow
 from tests.testapp.tasks_reliability import work

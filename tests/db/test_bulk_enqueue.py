@@ -15,7 +15,7 @@ from django.db import transaction
 from django.test import override_settings
 
 from django_debounce import debounced_task, enqueue, enqueue_many, task
-from django_debounce.bulk_enqueue import Call
+from django_debounce.enqueueing.bulk import Call
 from django_debounce.exceptions import ConfigurationError, KeyResolutionError, PayloadError
 from django_debounce.models import Job
 from tests.conftest import T

@@ -14,11 +14,13 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
-from django_debounce import celery_executor, handoff, leases
-from django_debounce.claim import claim_jobs
+from django_debounce.claim.claiming import claim_jobs
+from django_debounce.contrib.celery import executor as celery_executor
+from django_debounce.contrib.celery import handoff
 from django_debounce.exceptions import ConfigurationError, JobFailedError
 from django_debounce.models import DeadLetter, Job
 from django_debounce.registry import get_task
+from django_debounce.run import leases
 from django_debounce.tasks import Task, task
 from tests.celery_app import REDIS, make_app
 from tests.conftest import T, require_service
@@ -312,7 +314,7 @@ def test_a_handoff_nobody_takes_is_reported_within_seconds_while_the_lease_holds
     clock, caplog, settings
 ):
     """Decision 153: 10 s after the hand-off, not after the 5-minute lease; once per job."""
-    from django_debounce.handoff_watch import UntakenWatch
+    from django_debounce.contrib.celery.handoff_watch import UntakenWatch
 
     settings.DEBOUNCE_CELERY_QUEUES = {"mail": "mail-io"}
     watch = UntakenWatch()

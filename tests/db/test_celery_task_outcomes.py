@@ -13,8 +13,8 @@ import logging
 import pytest
 from celery.exceptions import Ignore, Retry
 
-from django_debounce import handoff
-from django_debounce.celery_tasks import run_job
+from django_debounce.contrib.celery import handoff
+from django_debounce.contrib.celery.tasks import run_job
 from django_debounce.exceptions import DebounceError, JobFailedError, JobRetryError
 from django_debounce.models import DeadLetter, Job
 from tests.testapp.tasks_celery import fails, record

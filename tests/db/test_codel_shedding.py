@@ -15,7 +15,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from django_debounce import registry, task
-from django_debounce.claim import claim_jobs
+from django_debounce.claim.claiming import claim_jobs
 from django_debounce.models import DeadLetter, Job, QueueState
 from tests.conftest import T
 from tests.factories import DeadLetterFactory

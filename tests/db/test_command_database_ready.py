@@ -17,8 +17,8 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.db import connections
 
+from django_debounce.contrib.prometheus.collector import DatabaseCollector
 from django_debounce.management.database_ready import require_tables
-from django_debounce.metrics_collector import DatabaseCollector
 from tests.conftest import is_postgres, require_service
 
 # The tests on extra aliases run outside a test transaction (no ``django_db``: Django's

@@ -17,11 +17,11 @@ import pytest
 from django.db import connection, transaction
 
 from django_debounce import compiled
-from django_debounce.claim import _take_due, claim_jobs
-from django_debounce.claim_queries import ClaimShape
-from django_debounce.claim_rules import claimable_jobs
+from django_debounce.claim.claiming import _take_due, claim_jobs
+from django_debounce.claim.queries import ClaimShape
+from django_debounce.flow.rules import claimable_jobs
 from django_debounce.models import Job, JobDependency
-from django_debounce.worker import Worker
+from django_debounce.worker.loop import Worker
 from tests.conftest import T
 from tests.factories import JobFactory
 

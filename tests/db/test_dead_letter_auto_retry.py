@@ -13,8 +13,8 @@ from django_debounce.conf import AutoRetry, parse_auto_retry
 from django_debounce.exceptions import ConfigurationError
 from django_debounce.lifecycle import shed as shed_job
 from django_debounce.models import DeadLetter, Job
-from django_debounce.sweep import auto_retry, retry_dead_letters
-from django_debounce.worker import Worker
+from django_debounce.ops.sweep import auto_retry, retry_dead_letters
+from django_debounce.worker.loop import Worker
 from tests.conftest import T
 from tests.factories import DeadLetterFactory, JobFactory
 from tests.procs import WorkerThread, wait_for

@@ -15,9 +15,9 @@ from django.db.migrations.executor import MigrationExecutor
 from django.urls import reverse
 
 from django_debounce import lifecycle
-from django_debounce.leases import reclaim_expired_leases
 from django_debounce.models import DeadLetter, Job
-from django_debounce.sweep import retry_dead_letters
+from django_debounce.ops.sweep import retry_dead_letters
+from django_debounce.run.leases import reclaim_expired_leases
 from tests.conftest import T
 from tests.factories import DeadLetterFactory, JobFactory
 
@@ -28,7 +28,7 @@ AFTER = [("django_debounce", "0005_deadletter_kind")]
 #: Reasons as the package writes them (worker, flow control, CoDel), and one it never writes.
 REASONS = {
     "failed: 4 attempt(s); builtins.ValueError: boom": Kind.FAILURE,
-    "failed: lease expired after 4 attempt(s); django_debounce.worker.LeaseExpired: "
+    "failed: lease expired after 4 attempt(s); django_debounce.worker.loop.LeaseExpired: "
     "the worker running this job stopped renewing its lease": Kind.FAILURE,
     "failed: 1 attempt(s); the run succeeded but its result could not be stored: "
     "django.db.utils.DataError: invalid input": Kind.FAILURE,

@@ -209,7 +209,7 @@ def _rated_in_redis(settings, url: str) -> list[int]:
     settings.DEBOUNCE_REDIS = "redis"
     task(name="st.redis_rate", rate_limit="2/m")(lambda n: None)
     ids = [JobFactory(task_name="st.redis_rate", args=[i], run_at=T).pk for i in range(3)]
-    from django_debounce.claim import claim_jobs
+    from django_debounce.claim.claiming import claim_jobs
 
     claimed = claim_jobs(worker_id="w", limit=10, lease=dt.timedelta(minutes=1))
     assert [job.pk for job in claimed] == ids[:2]
@@ -235,7 +235,7 @@ def test_buckets_kept_in_redis_are_shown_from_redis(settings, clock, tmp_path):
 
 
 def test_while_redis_is_down_the_database_bucket_is_shown(settings, clock, tmp_path, monkeypatch):
-    from django_debounce import redis_buckets
+    from django_debounce.flow import redis_buckets
     from tests.redis_support import private_redis
 
     monkeypatch.setattr(redis_buckets, "PROBE_INTERVAL", 0.0)

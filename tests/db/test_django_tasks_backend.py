@@ -17,13 +17,9 @@ from django.test import override_settings
 
 from django_debounce import debounced_task, registry
 from django_debounce import task as debounce_task
-from django_debounce.backends import TASK_FIELDS, DebounceBackend, DebounceTask
-from django_debounce.exceptions import ConfigurationError, KeyResolutionError, PayloadError
-from django_debounce.integration_checks import check_task_backends
-from django_debounce.lifecycle import cancel, expire
-from django_debounce.models import DeadLetter, Job
-from django_debounce.options import TASK_OPTIONS
-from django_debounce.task_results import (
+from django_debounce.contrib.django_tasks.backend import TASK_FIELDS, DebounceBackend, DebounceTask
+from django_debounce.contrib.django_tasks.checks import check_task_backends
+from django_debounce.contrib.django_tasks.results import (
     FRAMEWORK,
     DjangoTaskEntry,
     InvalidTask,
@@ -37,6 +33,10 @@ from django_debounce.task_results import (
     task_finished,
     task_started,
 )
+from django_debounce.exceptions import ConfigurationError, KeyResolutionError, PayloadError
+from django_debounce.lifecycle import cancel, expire
+from django_debounce.models import DeadLetter, Job
+from django_debounce.options import TASK_OPTIONS
 from tests.conftest import T
 from tests.testapp.models import CallLog
 from tests.testapp.tasks_django import (
@@ -161,8 +161,8 @@ def test_an_unknown_option_is_a_configuration_error_naming_the_likely_one():
 
 
 def test_a_shed_job_is_a_failed_result_with_the_shed_reason(clock):
+    from django_debounce.contrib.django_tasks.results import JobShedError
     from django_debounce.lifecycle import shed
-    from django_debounce.task_results import JobShedError
 
     result = expiring.enqueue("s")
     with transaction.atomic():
@@ -432,7 +432,7 @@ def test_a_mistyped_backend_path_is_e030():
 
 
 def test_no_tasks_framework_is_e034(monkeypatch):
-    from django_debounce import integration_checks
+    from django_debounce.contrib.django_tasks import checks as integration_checks
 
     monkeypatch.setattr(integration_checks, "_has_tasks_framework", lambda: False)
     messages = check_task_backends()
@@ -441,7 +441,7 @@ def test_no_tasks_framework_is_e034(monkeypatch):
 
 
 def test_a_tasks_module_kept_from_importing_is_e033(monkeypatch):
-    from django_debounce import integration_checks
+    from django_debounce.contrib.django_tasks import checks as integration_checks
 
     monkeypatch.setattr(
         integration_checks, "TASK_MODULE_ERRORS", [("shop.tasks", "Could not find backend 'x'")]

@@ -9,10 +9,10 @@ import pytest
 from django.utils import timezone
 
 from django_debounce import debounced_task, task
-from django_debounce.claim import claim_jobs
+from django_debounce.claim.claiming import claim_jobs
 from django_debounce.exceptions import ConfigurationError
 from django_debounce.models import Job
-from django_debounce.worker import Worker
+from django_debounce.worker.loop import Worker
 from tests.conftest import T
 
 #: (task, key, payload, now) of every run, in order (runs are inline under ``--burst``).

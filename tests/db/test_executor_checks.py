@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.core.checks import ERROR, WARNING
 
-from django_debounce import celery_checks
+from django_debounce.contrib.celery import checks as celery_checks
 
 # Each case sets DEBOUNCE_* settings and expects exactly one message with this id.
 CASES = [

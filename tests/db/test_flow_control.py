@@ -17,11 +17,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from django_debounce import CircuitBreaker, registry, task
-from django_debounce.claim import claim_jobs
+from django_debounce.claim.claiming import claim_jobs
 from django_debounce.exceptions import ConfigurationError
-from django_debounce.leases import reclaim_expired_leases
+from django_debounce.flow.throttle import TokenBucket, bucket_for
 from django_debounce.models import DeadLetter, Job, TaskState
-from django_debounce.throttle import TokenBucket, bucket_for
+from django_debounce.run.leases import reclaim_expired_leases
 from tests.conftest import T
 from tests.testapp import tasks_flow
 from tests.testapp.models import CallLog

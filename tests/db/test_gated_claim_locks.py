@@ -22,7 +22,7 @@ import pytest
 from django.db import connections, transaction
 
 from django_debounce import CircuitBreaker, registry, task
-from django_debounce.claim import claim_jobs
+from django_debounce.claim.claiming import claim_jobs
 from django_debounce.models import DeadLetter, Job, TaskState
 from tests.conftest import T
 from tests.factories import JobFactory

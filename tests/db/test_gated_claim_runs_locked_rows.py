@@ -25,12 +25,14 @@ from typing import Any
 
 import pytest
 
-from django_debounce import admission, debounced_task, gated_claim, registry, task
-from django_debounce.claim import claim_jobs
-from django_debounce.execution import run_job
+from django_debounce import debounced_task, registry, task
+from django_debounce.claim import gated as gated_claim
+from django_debounce.claim.claiming import claim_jobs
+from django_debounce.flow import admission
+from django_debounce.flow.redis_buckets import store
+from django_debounce.flow.throttle import bucket_for
 from django_debounce.models import DeadLetter, Job, TaskState
-from django_debounce.redis_buckets import store
-from django_debounce.throttle import bucket_for
+from django_debounce.run.execution import run_job
 from tests.conftest import T
 from tests.factories import JobFactory
 from tests.procs import in_thread

@@ -9,7 +9,8 @@ import pytest
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
-from django_debounce import metrics, registry
+from django_debounce import registry
+from django_debounce.contrib.prometheus import metrics
 from django_debounce.models import DeadLetter, Job
 from tests.testapp import tasks_flow
 from tests.testapp.tasks_metrics import burst as burst_task

@@ -10,17 +10,17 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError, SystemCheckError
 
-from django_debounce import checks
+from django_debounce.contrib.prometheus.checks import check_metrics
 
 
 def test_defaults_pass(settings):
-    assert checks.check_metrics() == []
+    assert check_metrics() == []
 
 
 @pytest.mark.parametrize("value", ["yes", 1, {"enabled": True}])
 def test_e040_metrics_must_be_none_true_or_false(settings, value):
     settings.DEBOUNCE_METRICS = value
-    (message,) = checks.check_metrics()
+    (message,) = check_metrics()
     assert message.id == "django_debounce.E040"
     assert "DEBOUNCE_METRICS" in message.msg and repr(value) in message.msg
 
@@ -28,7 +28,7 @@ def test_e040_metrics_must_be_none_true_or_false(settings, value):
 @pytest.mark.parametrize("value", [None, True, False])
 def test_e040_accepts_none_true_false(settings, value):
     settings.DEBOUNCE_METRICS = value
-    assert checks.check_metrics() == []
+    assert check_metrics() == []
 
 
 @pytest.mark.parametrize(
@@ -43,7 +43,7 @@ def test_e040_accepts_none_true_false(settings, value):
 )
 def test_e041_buckets_are_increasing_positive_seconds(settings, name, value):
     setattr(settings, f"DEBOUNCE_{name}", value)
-    (message,) = checks.check_metrics()
+    (message,) = check_metrics()
     assert message.id == "django_debounce.E041"
     assert f"DEBOUNCE_{name}" in message.msg
 
@@ -56,22 +56,22 @@ def test_e042_metrics_on_without_prometheus_client(settings, monkeypatch):
         "find_spec",
         lambda name, *a: None if name == "prometheus_client" else real(name, *a),
     )
-    (message,) = checks.check_metrics()
+    (message,) = check_metrics()
     assert message.id == "django_debounce.E042"
     assert "django-debounce[prometheus]" in message.hint
     settings.DEBOUNCE_METRICS = None  # on only when it is installed: no error
-    assert checks.check_metrics() == []
+    assert check_metrics() == []
 
 
 def test_e043_multiproc_dir_must_be_a_writable_directory(settings, monkeypatch, tmp_path):
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path / "missing"))
-    (message,) = checks.check_metrics()
+    (message,) = check_metrics()
     assert message.id == "django_debounce.E043"
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
-    assert checks.check_metrics() == []
+    assert check_metrics() == []
     settings.DEBOUNCE_METRICS = False  # metrics off: the directory does not matter
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path / "missing"))
-    assert checks.check_metrics() == []
+    assert check_metrics() == []
 
 
 @pytest.mark.django_db

@@ -9,7 +9,7 @@ from django.db import connection
 from django.utils import timezone
 from prometheus_client import CollectorRegistry
 
-from django_debounce.metrics_collector import (
+from django_debounce.contrib.prometheus.collector import (
     DatabaseCollector,
     breaker_query,
     ready_query,
@@ -125,7 +125,7 @@ def test_a_registered_task_with_no_live_job_reads_zero(clock):
 def test_a_database_error_answers_collector_up_zero(monkeypatch):
     from django.db import DatabaseError
 
-    from django_debounce import metrics_collector
+    from django_debounce.contrib.prometheus import collector as metrics_collector
 
     def refuse(*args: object) -> None:
         raise DatabaseError("refused")

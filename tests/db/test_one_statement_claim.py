@@ -21,8 +21,8 @@ from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
 from django_debounce import compiled, registry, task
-from django_debounce.claim import claim_jobs
-from django_debounce.claim_rules import claimable_jobs
+from django_debounce.claim.claiming import claim_jobs
+from django_debounce.flow.rules import claimable_jobs
 from django_debounce.models import DeadLetter, Job, JobDependency
 from tests.conftest import T
 from tests.factories import JobFactory

@@ -15,7 +15,7 @@ import pytest
 from django.db import transaction
 
 from django_debounce import debounced_task
-from django_debounce.claim import claim_jobs
+from django_debounce.claim.claiming import claim_jobs
 from django_debounce.exceptions import ConfigurationError, PayloadError
 from django_debounce.models import Job
 from tests.conftest import T

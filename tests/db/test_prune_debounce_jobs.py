@@ -14,11 +14,11 @@ from django.db import connection
 from django.urls import reverse
 
 from django_debounce.conf import settings as debounce_settings
+from django_debounce.conf.retention import parse_prune
 from django_debounce.exceptions import ConfigurationError
 from django_debounce.models import DeadLetter, Job, JobDependency
-from django_debounce.retention import prune_jobs
-from django_debounce.retention_settings import parse_prune
-from django_debounce.sweep import SweepSchedule
+from django_debounce.ops.retention import prune_jobs
+from django_debounce.ops.sweep import SweepSchedule
 from tests.conftest import T
 from tests.factories import DeadLetterFactory, JobFactory
 
@@ -255,7 +255,7 @@ def test_python_callers_may_still_give_seconds_or_a_timedelta(clock):
 
 def test_ctrl_c_reports_what_was_deleted_and_exits_130(clock, monkeypatch):
     """Ctrl-C in the third batch: two batches stay deleted, the third rolls back (decision 134)."""
-    from django_debounce import retention
+    from django_debounce.ops import retention
 
     seed()
     real = retention._delete_batch

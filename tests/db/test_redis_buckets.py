@@ -19,13 +19,14 @@ import pytest
 import redis
 from django.db import OperationalError, transaction
 
-from django_debounce import claim as claim_module
-from django_debounce import redis_buckets, registry, task
-from django_debounce.claim import claim_jobs
+from django_debounce import registry, task
+from django_debounce.claim import claiming as claim_module
+from django_debounce.claim.claiming import claim_jobs
+from django_debounce.flow import redis_buckets
+from django_debounce.flow.redis_buckets import KEY_TTL_MARGIN, Level, RedisBuckets
+from django_debounce.flow.redis_tokens import TokenLedger
+from django_debounce.flow.throttle import bucket_for
 from django_debounce.models import DeadLetter, Job, TaskState
-from django_debounce.redis_buckets import KEY_TTL_MARGIN, Level, RedisBuckets
-from django_debounce.redis_tokens import TokenLedger
-from django_debounce.throttle import bucket_for
 from tests.conftest import T
 from tests.factories import JobFactory
 from tests.redis_support import (
@@ -303,7 +304,7 @@ def test_a_drop_task_is_not_shed_when_redis_fails_mid_claim(store, clock, rated,
 
 
 def test_hold_reasons_show_the_redis_bucket(store, clock, rated):
-    from django_debounce.holds import flow_view, held_back
+    from django_debounce.flow.hold_reasons import flow_view, held_back
 
     ids = [JobFactory(task_name="rb.rate", args=[i], run_at=T).pk for i in range(4)]
     assert held_back(Job.objects.get(pk=ids[0])) == []

@@ -7,7 +7,7 @@ warm-up job makes the worker claim ahead, and a slow job moves the clock while
 the jobs claimed with it wait. Expiry is judged again when a job reaches its
 thread; jobs of a gated task or a CoDel queue are never claimed ahead, so their
 token, slot and sojourn are taken at the moment they start. The claim-level
-tests pin the rule itself (:func:`django_debounce.start_rules.cut_for_start`).
+tests pin the rule itself (:func:`django_debounce.flow.start_rules.cut_for_start`).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from django_debounce import registry, task
-from django_debounce.claim import claim_jobs
+from django_debounce.claim.claiming import claim_jobs
 from django_debounce.models import DeadLetter, Job, TaskState
-from django_debounce.worker import Worker
+from django_debounce.worker.loop import Worker
 from tests.conftest import T
 from tests.factories import JobFactory
 from tests.testapp.models import CallLog

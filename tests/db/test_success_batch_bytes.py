@@ -23,12 +23,13 @@ import pytest
 from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 
-from django_debounce import batch_budget, enqueue
-from django_debounce.claim import claim_jobs
+from django_debounce import enqueue
+from django_debounce.claim.claiming import claim_jobs
 from django_debounce.models import DeadLetter, Job
-from django_debounce.outcome_batches import SuccessBatch
-from django_debounce.storable import storable_result
-from django_debounce.worker import Worker
+from django_debounce.run import batch_budget
+from django_debounce.run.storable import storable_result
+from django_debounce.run.success_batches import SuccessBatch
+from django_debounce.worker.loop import Worker
 
 Status = Job.Status
 LEASE = dt.timedelta(seconds=60)

@@ -17,7 +17,7 @@ import pytest
 
 from django_debounce import enqueue
 from django_debounce.models import DeadLetter, Job
-from django_debounce.worker import Worker
+from django_debounce.worker.loop import Worker
 from tests.testapp.models import CallLog
 
 Status = Job.Status

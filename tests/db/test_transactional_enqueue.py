@@ -17,7 +17,7 @@ from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
 from django.test import Client
 
 from django_debounce.models import DeadLetter, Job
-from django_debounce.worker import Worker
+from django_debounce.worker.loop import Worker
 from tests.conftest import T, run_burst
 from tests.procs import WorkerThread, in_thread, wait_for
 from tests.testapp.models import CallLog, Order

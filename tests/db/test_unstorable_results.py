@@ -16,12 +16,14 @@ import re
 
 import pytest
 
-from django_debounce import enqueue, handoff, outcomes
-from django_debounce.celery_tasks import run_job as celery_run_job
-from django_debounce.claim import claim_jobs
+from django_debounce import enqueue
+from django_debounce.claim.claiming import claim_jobs
+from django_debounce.contrib.celery import handoff
+from django_debounce.contrib.celery.tasks import run_job as celery_run_job
 from django_debounce.models import DeadLetter, Job
-from django_debounce.outcome_batches import SuccessBatch
-from django_debounce.storable import storable_result
+from django_debounce.run import outcomes
+from django_debounce.run.storable import storable_result
+from django_debounce.run.success_batches import SuccessBatch
 from tests.testapp.models import CallLog
 from tests.testapp.tasks_celery import tuple_key_result
 from tests.testapp.tasks_storable import ODD_RESULTS

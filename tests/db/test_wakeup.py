@@ -14,11 +14,11 @@ from django.core.checks import run_checks
 from django.db import connection, transaction
 from django.utils import timezone
 
-from django_debounce import wakeup
-from django_debounce.deadlines import next_run_at
 from django_debounce.models import Job
-from django_debounce.wakeup_modes import NOTIFY_TRIGGERS as TRIGGERS
-from django_debounce.wakeup_modes import wakeup_mode
+from django_debounce.worker import wakeup
+from django_debounce.worker.deadlines import next_run_at
+from django_debounce.worker.wakeup_modes import NOTIFY_TRIGGERS as TRIGGERS
+from django_debounce.worker.wakeup_modes import wakeup_mode
 from tests.testapp.tasks_wakeup import stamp
 
 Status = Job.Status
@@ -68,7 +68,7 @@ def test_due_but_held_back_jobs_do_not_make_an_idle_worker_spin(clock):
 def test_the_deadline_query_on_a_queue_subset_never_wakes_late(clock):
     """More than SCAN_LIMIT rows of other queues first: the last one read is the bound."""
     now = clock()
-    from django_debounce.deadlines import SCAN_LIMIT
+    from django_debounce.worker.deadlines import SCAN_LIMIT
 
     for i in range(SCAN_LIMIT + 5):
         stamp.apply_async(args=[f"o{i}"], countdown=1 + i / 100, queue="busy")
@@ -289,7 +289,7 @@ def redis_wakeup(settings):
         }
         settings.DEBOUNCE_REDIS = "wake"
         settings.DEBOUNCE_WAKEUP = "redis"
-        from django_debounce.wakeup_redis import CHANNEL, redis_client
+        from django_debounce.worker.wakeup_redis import CHANNEL, redis_client
 
         pubsub = redis_client("wake").pubsub()
         pubsub.subscribe(CHANNEL)
@@ -335,7 +335,7 @@ def test_enqueues_publish_after_commit_once_per_queue_and_transaction(redis_wake
 def test_a_debounce_redis_naming_a_missing_alias_is_one_warning_not_a_traceback_per_enqueue(
     settings, caplog, monkeypatch
 ):
-    from django_debounce import wakeup_redis
+    from django_debounce.worker import wakeup_redis
 
     monkeypatch.setattr(wakeup_redis, "_publisher", wakeup_redis._Publisher())
     settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}

@@ -10,9 +10,9 @@ from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from django_debounce.claim import claim_jobs
+from django_debounce.claim.claiming import claim_jobs
 from django_debounce.models import Job
-from django_debounce.worker import Worker
+from django_debounce.worker.loop import Worker
 from tests.conftest import T
 from tests.factories import JobFactory
 from tests.testapp.models import CallLog

@@ -1,4 +1,4 @@
-"""Run now / Cancel on open windows (``django_debounce.windows`` and the admin actions), and the
+"""Run now / Cancel on open windows (``django_debounce.ops.windows`` and the admin actions), and the
 admin's races on PostgreSQL and MariaDB: a job claimed meanwhile is refused, two Retry clicks
 retry once.
 """
@@ -15,9 +15,9 @@ from django.db import connections, transaction
 from django.test import Client
 from django.urls import reverse
 
-from django_debounce import windows
-from django_debounce.claim import claim_jobs
+from django_debounce.claim.claiming import claim_jobs
 from django_debounce.models import DeadLetter, Job, JobDependency, TaskState
+from django_debounce.ops import windows
 from tests.conftest import T, child_env
 from tests.db.test_admin import messages_of, staff
 from tests.factories import DeadLetterFactory, JobFactory

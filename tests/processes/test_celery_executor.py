@@ -2,7 +2,7 @@
 
 Each test runs twice: on the local Redis and on the local RabbitMQ. The
 scheduler is either ``run_debounce_worker --dispatch-only`` (a subprocess) or
-:func:`~django_debounce.celery_executor.dispatch_due` called here; the jobs run
+:func:`~django_debounce.contrib.celery.executor.dispatch_due` called here; the jobs run
 in ``celery -A tests.celery_app worker --pool=solo`` subprocesses.
 """
 
@@ -18,7 +18,8 @@ from collections.abc import Iterator
 import pytest
 from django.db import transaction
 
-from django_debounce import celery_executor, handoff
+from django_debounce.contrib.celery import executor as celery_executor
+from django_debounce.contrib.celery import handoff
 from django_debounce.models import Job
 from tests.processes.celery_rig import BROKERS, CeleryRig
 from tests.procs import Processes, processes, wait_for

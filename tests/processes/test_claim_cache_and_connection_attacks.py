@@ -41,14 +41,14 @@ from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from django_debounce import compiled, task
-from django_debounce.claim import _take_due, claim_jobs
-from django_debounce.claim_queries import ClaimShape, anything_claimable, lock_due
-from django_debounce.claim_rules import claimable_jobs
-from django_debounce.gated_claim import first_candidates
-from django_debounce.interrupts import WorkerExit
+from django_debounce.claim.claiming import _take_due, claim_jobs
+from django_debounce.claim.gated import first_candidates
+from django_debounce.claim.queries import ClaimShape, anything_claimable, lock_due
+from django_debounce.flow.rules import claimable_jobs
 from django_debounce.models import Job, JobDependency
-from django_debounce.storable import storable_result
-from django_debounce.worker import Worker
+from django_debounce.run.interrupts import WorkerExit
+from django_debounce.run.storable import storable_result
+from django_debounce.worker.loop import Worker
 from tests.conftest import T, child_env, is_postgres
 from tests.factories import JobFactory
 from tests.procs import WorkerThread, processes, wait_for

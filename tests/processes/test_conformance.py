@@ -46,9 +46,9 @@ from typing import Any
 
 import pytest
 
+from django_debounce.contrib.django_tasks.results import TaskResultStatus, task_backends
 from django_debounce.exceptions import PayloadError
 from django_debounce.models import DeadLetter, Job
-from django_debounce.task_results import TaskResultStatus, task_backends
 from tests.conftest import child_env
 from tests.processes.celery_rig import CeleryRig
 from tests.procs import Processes, wait_for

@@ -10,9 +10,9 @@ from django.db import connections
 
 from django_debounce import enqueue
 from django_debounce.exceptions import ConfigurationError
-from django_debounce.leases import reclaim_expired_leases
 from django_debounce.lifecycle import shed as shed_job
 from django_debounce.models import DeadLetter, Job, JobDependency
+from django_debounce.run.leases import reclaim_expired_leases
 from tests.conftest import T, child_env
 from tests.factories import JobFactory
 from tests.procs import WorkerThread, processes, wait_for

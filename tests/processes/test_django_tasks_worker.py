@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from django_debounce.task_results import TaskResultStatus
+from django_debounce.contrib.django_tasks.results import TaskResultStatus
 from tests.conftest import child_env
 from tests.procs import REPO, processes, wait_for
 from tests.testapp.models import CallLog
@@ -75,13 +75,15 @@ def test_a_mistyped_backend_path_leaves_help_working_and_check_says_what_is_wron
 def test_the_tasks_module_a_bad_path_kept_out_is_recorded_for_e033():
     code = (
         "import django, json; django.setup(); "
-        "from django_debounce.integration_checks import TASK_MODULE_ERRORS; "
+        "from django_debounce.contrib.django_tasks.checks import TASK_MODULE_ERRORS; "
         "print(json.dumps(TASK_MODULE_ERRORS))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code],
         cwd=REPO,
-        env=child_env(DEBOUNCE_TEST_TASKS_BACKEND="django_debounce.backends.NoSuchBackend"),
+        env=child_env(
+            DEBOUNCE_TEST_TASKS_BACKEND="django_debounce.contrib.django_tasks.backend.NoSuchBackend"
+        ),
         capture_output=True,
         text=True,
         timeout=120,

@@ -13,10 +13,10 @@ import pytest
 from django.db import DEFAULT_DB_ALIAS, connections
 
 from django_debounce import CircuitBreaker, enqueue, registry, task
-from django_debounce.durations import MAX_DURATION, parse_duration
+from django_debounce.conf.durations import MAX_DURATION, parse_duration
 from django_debounce.exceptions import ConfigurationError
 from django_debounce.models import DeadLetter, Job, TaskState
-from django_debounce.retry import backoff_delay, backoff_window
+from django_debounce.run.backoff import backoff_delay, backoff_window
 from tests.conftest import T, child_env
 from tests.factories import JobFactory
 from tests.procs import processes
@@ -210,10 +210,10 @@ def _backlog(count: int) -> None:
 def test_a_long_sweep_renews_the_leases_of_the_jobs_the_worker_is_running(settings, slow_enqueues):
     from django.utils import timezone
 
-    from django_debounce.claim import claim_jobs
-    from django_debounce.leases import reclaim_expired_leases
+    from django_debounce.claim.claiming import claim_jobs
     from django_debounce.models import DeadLetter
-    from django_debounce.worker import Worker
+    from django_debounce.run.leases import reclaim_expired_leases
+    from django_debounce.worker.loop import Worker
 
     settings.DEBOUNCE_DEAD_LETTER_AUTO_RETRY = AUTO
     _backlog(30)  # 30 retries x 5 s = 150 s, over the 60 s lease
@@ -237,7 +237,7 @@ def test_a_long_sweep_renews_the_leases_of_the_jobs_the_worker_is_running(settin
 @pytest.mark.django_db
 def test_a_stopping_worker_ends_its_sweep_after_the_entry_at_hand(settings, clock):
     from django_debounce.models import DeadLetter
-    from django_debounce.worker import Worker
+    from django_debounce.worker.loop import Worker
 
     settings.DEBOUNCE_DEAD_LETTER_AUTO_RETRY = AUTO
     _backlog(5)

@@ -250,7 +250,7 @@ def test_job_killing_its_workers_ends_failed_with_dead_letter(tmp_path):
     assert job.status == Job.Status.FAILED
     assert job.attempts == 2
     assert job.lease_expires_at is None and job.finished_at is not None
-    assert job.error.startswith("django_debounce.worker.LeaseExpired: ")
+    assert job.error.startswith("django_debounce.worker.loop.LeaseExpired: ")
     assert CallLog.objects.count() == 2
     letter = DeadLetter.objects.get()
     assert letter.job_id == job.pk

@@ -15,7 +15,7 @@ import time
 import pytest
 import redis
 
-from django_debounce.enqueueing import enqueue
+from django_debounce.enqueueing.call import enqueue
 from django_debounce.models import DeadLetter, Job, TaskState
 from tests.conftest import child_env
 from tests.procs import processes, wait_for

@@ -16,7 +16,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from django_debounce.wakeup_redis import PUBLISH_RETRY_AFTER
+from django_debounce.worker.wakeup_redis import PUBLISH_RETRY_AFTER
 from tests.conftest import child_env
 from tests.procs import app_name, pg_backends, processes, wait_for
 from tests.redis_server import running

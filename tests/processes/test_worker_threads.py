@@ -19,9 +19,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from django_debounce import signals
-from django_debounce.claim_rules import claimable_jobs
+from django_debounce.flow.rules import claimable_jobs
 from django_debounce.models import DeadLetter, Job
-from django_debounce.worker import Worker
+from django_debounce.worker.loop import Worker
 from tests.conftest import T, child_env
 from tests.testapp.models import CallLog
 from tests.testapp.tasks_worker import ENTERED, GATES, async_result, record_tag, slow_tag

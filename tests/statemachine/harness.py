@@ -4,7 +4,7 @@ The tasks are registered for the length of one test (:func:`registered_tasks`)
 and mirror :data:`SPECS`, the model's view of them. A task's body records the
 run (job id, attempt, the arguments it received) in :data:`RUNS` and fails
 when :data:`FAIL` holds its job id. A :class:`LogicalWorker` wraps a real
-:class:`~django_debounce.worker.Worker` whose claim (``Worker._claim``, with its
+:class:`~django_debounce.worker.loop.Worker` whose claim (``Worker._claim``, with its
 ``start_now``) and hand-over (``Worker._may_start``) the machine calls one step
 at a time, keeping the claimed-but-unstarted jobs as the worker would.
 """
@@ -20,7 +20,7 @@ from typing import Any
 from django_debounce import registry, task
 from django_debounce.context import JobContext
 from django_debounce.models import DeadLetter, Job
-from django_debounce.worker import Worker
+from django_debounce.worker.loop import Worker
 from tests.conftest import T
 
 from .model import Spec

@@ -37,10 +37,12 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from django_debounce import gated_claim, leases, retention
-from django_debounce.bulk_enqueue import enqueue_many
-from django_debounce.execution import run_job
+from django_debounce.claim import gated as gated_claim
+from django_debounce.enqueueing.bulk import enqueue_many
 from django_debounce.models import DeadLetter, Job, QueueState, TaskState
+from django_debounce.ops import retention
+from django_debounce.run import leases
+from django_debounce.run.execution import run_job
 
 from .harness import (
     FAIL,

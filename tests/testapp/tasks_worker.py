@@ -20,7 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from django_debounce import debounced_task, task
-from django_debounce.interrupts import WorkerExit
+from django_debounce.run.interrupts import WorkerExit
 
 from .models import CallLog, Order
 

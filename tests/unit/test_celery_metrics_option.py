@@ -8,7 +8,7 @@ from celery import Celery
 from celery.concurrency.prefork import TaskPool as PreforkPool
 from celery.concurrency.solo import TaskPool as SoloPool
 
-from django_debounce.celery_metrics import (
+from django_debounce.contrib.celery.metrics import (
     ADDR_OPTION,
     PORT_OPTION,
     MetricsServer,

@@ -1,4 +1,4 @@
-"""The claim rules written once (``django_debounce.claim_rules``): the flow-control verdict
+"""The claim rules written once (``django_debounce.flow.rules``): the flow-control verdict
 as a pure function, and the claim query built from the same predicates the admin explains.
 """
 
@@ -9,10 +9,11 @@ import importlib
 
 import pytest
 
-from django_debounce import CircuitBreaker, claim_rules, hold_reasons, holds
-from django_debounce.claim_rules import Gate, verdict
+from django_debounce import CircuitBreaker
+from django_debounce.flow import rules as claim_rules
+from django_debounce.flow.rules import Gate, verdict
+from django_debounce.flow.throttle import bucket_for
 from django_debounce.models import TaskState
-from django_debounce.throttle import bucket_for
 
 T = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
 S = dt.timedelta(seconds=1)
@@ -74,7 +75,7 @@ def test_the_claim_stops_at_the_first_reason_the_admin_lists_every_one():
 @pytest.mark.parametrize("queues", [None, ("a", "b")])
 def test_the_claim_query_is_the_one_built_from_the_rules(queues):
     # The claim's own ``claimable_jobs`` (worker or claim module) must be these rules.
-    for name in ("django_debounce.claim", "django_debounce.worker"):
+    for name in ("django_debounce.claim.claiming", "django_debounce.worker.loop"):
         try:
             module = importlib.import_module(name)
         except ImportError:
@@ -83,9 +84,3 @@ def test_the_claim_query_is_the_one_built_from_the_rules(queues):
             break
     theirs = module.claimable_jobs(T, queues)
     assert str(theirs.query) == str(claim_rules.claimable_jobs(T, queues).query)
-
-
-def test_the_documented_holds_module_is_the_hold_reasons_module():
-    assert holds.held_back is hold_reasons.held_back
-    assert holds.Hold is claim_rules.Hold
-    assert holds.flow_view is hold_reasons.flow_view

@@ -1,6 +1,6 @@
 """CoDel's control law as pure functions (RFC 8289 §5), and the DEBOUNCE_QUEUES setting (§11).
 
-No database: the law runs on a :class:`~django_debounce.codel.CodelState` with
+No database: the law runs on a :class:`~django_debounce.flow.codel.CodelState` with
 explicit instants, target 5 s and interval 60 s (B40's ``search`` queue).
 """
 
@@ -12,11 +12,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.core.checks import ERROR
 
-from django_debounce import checks
-from django_debounce.codel import CodelState, control_law, ok_to_drop, step
+from django_debounce.checks import settings as checks
 from django_debounce.conf import CodelSettings, parse_queues
 from django_debounce.conf import settings as debounce_settings
 from django_debounce.exceptions import ConfigurationError
+from django_debounce.flow.codel import CodelState, control_law, ok_to_drop, step
 
 T = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 PARAMS = CodelSettings(target=timedelta(seconds=5), interval=timedelta(minutes=1))

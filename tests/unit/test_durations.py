@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from django_debounce import debounced_task, task
-from django_debounce.durations import parse_duration
+from django_debounce.conf.durations import parse_duration
 from django_debounce.exceptions import ConfigurationError
 
 

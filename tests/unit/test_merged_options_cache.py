@@ -8,8 +8,8 @@ import pytest
 from django.test import override_settings
 
 from django_debounce import debounced_task, task
+from django_debounce.enqueueing.planning import plan_call
 from django_debounce.exceptions import ConfigurationError
-from django_debounce.planning import plan_call
 
 NOW = datetime(2026, 3, 1, 12, tzinfo=UTC)
 

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from django.core.checks import ERROR
 
-from django_debounce import checks
-from django_debounce.celery_checks import check_executor_settings
+from django_debounce.checks import settings as checks
 from django_debounce.conf import settings as debounce_settings
+from django_debounce.contrib.celery.checks import check_executor_settings
+from django_debounce.contrib.prometheus.checks import check_metrics
 from django_debounce.exceptions import ConfigurationError
-from django_debounce.integration_checks import check_metrics
 from django_debounce.management.arguments import positive_float
 
 NAN, INF = float("nan"), float("inf")
@@ -110,7 +110,7 @@ def test_poll_interval_option_refuses_what_the_setting_refuses(value):
 
 
 def test_the_shared_parsers_accept_their_bounds():
-    from django_debounce.number_settings import MAX_RETRIES_LIMIT, parse_count, parse_seconds
+    from django_debounce.conf.numbers import MAX_RETRIES_LIMIT, parse_count, parse_seconds
 
     assert parse_seconds(86400, name="X", low=0, high=86400, low_open=True) == 86400.0
     assert parse_seconds(0, name="X", low=0, high=60) == 0.0

@@ -97,7 +97,7 @@ def test_the_package_has_no_import_circle():
     edges = {name: _imports(name, path, modules) for name, path in modules.items()}
     # The walk sees the package's modules and their imports, relative and absolute.
     assert len(edges) > 30, sorted(edges)
-    assert {"models", "lifecycle"} <= edges["outcomes"]
+    assert {"models", "lifecycle"} <= edges["run.outcomes"]
     assert _cycles(edges) == []
 
 
@@ -117,3 +117,150 @@ def test_no_module_holds_more_than_one_concepts_worth_of_lines():
         if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
     }
     assert long == {}
+
+
+# -- the layers (docs/explanation/design.md, "The layers") ---------------------------------
+
+#: A module's layer: its folder, or for a root module the kernel (or an edge).
+EDGES = {"", "apps", "backends", "metrics_views", "celery_metrics"}
+EDGE_FOLDERS = {"admin", "checks", "management"}
+FOLDERS = {"conf", "enqueueing", "flow", "claim", "run", "worker", "ops"}
+
+
+def layer(module: str) -> str:
+    """The layer of a package module (a dotted name relative to the package)."""
+    top = module.split(".")[0]
+    if module in EDGES or top in EDGE_FOLDERS:
+        return "edge"
+    if top == "contrib":
+        return ".".join(module.split(".")[:2])
+    if top in FOLDERS:
+        return top
+    if module == "exceptions":
+        return "exceptions"
+    return "kernel"
+
+
+KERNEL = {"kernel", "conf", "exceptions"}
+#: What each layer may import (besides itself); an edge may import anything.
+ALLOWED = {
+    "exceptions": set(),
+    "conf": {"exceptions"},
+    "kernel": KERNEL,
+    "enqueueing": KERNEL,
+    "flow": KERNEL,
+    "claim": {"flow", *KERNEL},
+    "run": {"flow", *KERNEL},
+    "ops": {"enqueueing", "flow", *KERNEL},
+    "worker": {"claim", "run", "ops", "flow", *KERNEL},
+    "contrib.celery": {"claim", "run", "ops", "flow", "worker", "enqueueing", *KERNEL},
+    "contrib.django_tasks": {"enqueueing", "run", "flow", *KERNEL},
+    "contrib.prometheus": {"run", "flow", *KERNEL},
+}
+#: Imports across the table on purpose, each lazy (inside a function) and said why.
+CROSSINGS = {
+    # Task.delay() and friends enqueue: the task knows the enqueue path only when called.
+    ("tasks", "enqueueing.call"),
+    ("tasks", "enqueueing.bulk"),
+    # A Celery worker's metrics are Prometheus metrics (docs/howto/metrics.md).
+    ("contrib.celery.metrics", "contrib.prometheus.metrics"),
+}
+
+
+def test_every_import_points_down_the_layer_table():
+    modules = _modules()
+    against = sorted(
+        f"{name} ({layer(name)}) -> {target} ({layer(target)})"
+        for name, path in modules.items()
+        for target in _imports(name, path, modules)
+        if layer(name) != "edge"
+        and layer(target) != layer(name)
+        and layer(target) not in ALLOWED[layer(name)]
+        and (name, target) not in CROSSINGS
+    )
+    assert against == []
+
+
+def test_nothing_imports_an_edge():
+    modules = _modules()
+    into_edges = sorted(
+        f"{name} -> {target}"
+        for name, path in modules.items()
+        for target in _imports(name, path, modules)
+        if layer(target) == "edge" and layer(name) != "edge" and target != ""
+    )
+    assert into_edges == []
+
+
+def test_a_planted_import_against_the_table_is_found():
+    assert layer("flow.rules") == "flow"
+    assert layer("claim.claiming") == "claim"
+    assert layer("contrib.celery.executor") == "contrib.celery"
+    assert layer("models") == "kernel"
+    assert "run" not in ALLOWED["claim"]  # the claim does not reach into outcomes
+    assert "contrib.celery" not in ALLOWED["worker"]
+
+
+def _third_party_imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+    return found
+
+
+#: Integrations and where they may be imported (top-level package names).
+INTEGRATIONS = {
+    "celery": ("contrib.celery",),
+    "kombu": ("contrib.celery",),
+    "django.tasks": ("contrib.django_tasks",),
+    "django_tasks": ("contrib.django_tasks",),
+    "prometheus_client": ("contrib.prometheus", "contrib.celery.metrics"),
+    # Redis serves the token buckets and the wake-up (and its alias setting is checked).
+    "redis": ("flow.redis_buckets", "flow.redis_tokens", "worker.wakeup_redis", "conf.redis"),
+    "django_redis": (
+        "flow.redis_buckets",
+        "flow.redis_tokens",
+        "worker.wakeup_redis",
+        "conf.redis",
+    ),
+}
+
+
+def test_integrations_are_imported_only_where_they_serve():
+    stray = []
+    for name, path in _modules().items():
+        for imported in _third_party_imports(path):
+            for library, homes in INTEGRATIONS.items():
+                if imported == library or imported.startswith(library + "."):
+                    if not any(name == h or name.startswith(h + ".") for h in homes):
+                        stray.append(f"{name} imports {imported}")
+    assert stray == []
+
+
+def test_every_module_the_design_page_names_exists():
+    import importlib
+    import re
+
+    page = (PACKAGE.parent / "docs" / "explanation" / "design.md").read_text(encoding="utf-8")
+    files = set(re.findall(r"`((?:[a-z_]+/)+[a-z_]+\.py)`", page))
+    missing = sorted(
+        f for f in files if not (PACKAGE / f).is_file() and not (PACKAGE.parent / f).is_file()
+    )
+    dotted = set(re.findall(r"`(django_debounce(?:\.[A-Za-z_]+)+)", page))
+    unknown = []
+    for path in sorted(dotted):
+        module, _, attr = path.rpartition(".")
+        try:
+            found = hasattr(importlib.import_module(module), attr)
+        except ImportError:
+            found = False
+        if not found:
+            try:
+                importlib.import_module(path)
+            except ImportError:
+                unknown.append(path)
+    assert len(files) > 10 and len(dotted) > 5
+    assert missing == [] and unknown == []

@@ -8,9 +8,9 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
-from django_debounce.checks import check_redis
 from django_debounce.conf import parse_redis_alias
 from django_debounce.conf import settings as debounce_settings
+from django_debounce.conf.redis import check_redis
 from django_debounce.exceptions import ConfigurationError
 
 REDIS = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://127.0.0.1:6379/15"}

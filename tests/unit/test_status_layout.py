@@ -10,9 +10,9 @@ import datetime as dt
 
 import pytest
 
-from django_debounce import status
-from django_debounce.status import render_status, screen_size
-from django_debounce.text_width import cut_dotted, cut_middle, display_width
+from django_debounce.ops import status
+from django_debounce.ops.status import render_status, screen_size
+from django_debounce.ops.text_width import cut_dotted, cut_middle, display_width
 
 NOW = dt.datetime(2026, 5, 1, 12, 0, tzinfo=dt.UTC)
 

@@ -18,13 +18,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from django_debounce.management.arguments import bounded_int
 from django_debounce.management.database_ready import require_tables
-from django_debounce.status import (
-    MAX_TOP_WINDOWS,
-    TOP_WINDOWS,
-    collect_status,
-    render_status,
-    screen_size,
-)
+
+from ...ops.status import MAX_TOP_WINDOWS, TOP_WINDOWS, collect_status, render_status, screen_size
 
 #: ANSI: cursor home, then clear the screen (a real terminal only).
 CLEAR = "\x1b[H\x1b[2J"
@@ -45,7 +40,7 @@ def watch_seconds(value: str) -> float:
     return number
 
 
-#: ``--top N``: from 1 to :data:`~django_debounce.status.MAX_TOP_WINDOWS` (decision 164).
+#: ``--top N``: from 1 to :data:`~django_debounce.ops.status.MAX_TOP_WINDOWS` (decision 164).
 top_windows = bounded_int(MAX_TOP_WINDOWS)
 
 

@@ -10,16 +10,12 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from django_debounce.durations import parse_duration
 from django_debounce.exceptions import ConfigurationError
 from django_debounce.management.arguments import positive_int
 from django_debounce.management.database_ready import require_tables
-from django_debounce.retention import (
-    DEFAULT_BATCH_SIZE,
-    PruneResult,
-    prunable_jobs,
-    prune_jobs,
-)
+
+from ...conf.durations import parse_duration
+from ...ops.retention import DEFAULT_BATCH_SIZE, PruneResult, prunable_jobs, prune_jobs
 
 
 def older_than_argument(value: Any) -> timedelta:

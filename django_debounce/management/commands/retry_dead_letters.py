@@ -10,11 +10,12 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DEFAULT_DB_ALIAS
 
 from django_debounce import registry
-from django_debounce.durations import parse_duration
 from django_debounce.exceptions import ConfigurationError
 from django_debounce.management.arguments import non_negative_int
 from django_debounce.management.database_ready import require_tables
-from django_debounce.sweep import retry_dead_letters
+
+from ...conf.durations import parse_duration
+from ...ops.sweep import retry_dead_letters
 
 
 class Command(BaseCommand):

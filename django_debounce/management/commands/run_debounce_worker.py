@@ -1,4 +1,4 @@
-"""``manage.py run_debounce_worker``: parse flags, hand them to :class:`~django_debounce.worker.Worker`."""
+"""``manage.py run_debounce_worker``: parse flags, hand them to :class:`~django_debounce.worker.loop.Worker`."""
 
 from __future__ import annotations
 
@@ -9,14 +9,15 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DEFAULT_DB_ALIAS, router
 
-from django_debounce.celery_executor import Dispatcher
-from django_debounce.conf import settings
 from django_debounce.exceptions import ConfigurationError
 from django_debounce.management.arguments import positive_float, positive_int
 from django_debounce.management.database_ready import require_tables
 from django_debounce.models import Job
 from django_debounce.validators import check_queue
-from django_debounce.worker import Worker
+
+from ...conf import settings
+from ...contrib.celery.executor import Dispatcher
+from ...worker.loop import Worker
 
 
 def _log_to_console(verbosity: int) -> None:
@@ -69,7 +70,7 @@ def _serve_metrics(port: int | None, addr: str) -> Any:
         return None
     try:
         port = port_number(str(port))
-        from django_debounce import metrics
+        from ...contrib.prometheus import metrics
     except argparse.ArgumentTypeError as exc:
         raise CommandError(f"argument --metrics-port: {exc}") from None
     except ImportError:

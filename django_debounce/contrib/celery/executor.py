@@ -1,0 +1,359 @@
+"""The Celery executor: hand due jobs to Celery, and run a handed-off job in a Celery worker (issue #10).
+
+Two halves, both plain functions of the paths layer's calls
+(docs/explanation/design.md), so the window and every flow-control decision
+stay in the database:
+
+* the scheduler: :func:`dispatch_due` (one round, what the provided Celery
+  beat task ``django_debounce.dispatch`` runs) and :class:`Dispatcher` (the
+  loop of ``run_debounce_worker --dispatch-only``) claim due jobs for a
+  hand-off (:func:`~django_debounce.contrib.celery.handoff.claim_for_handoff`), and after
+  the claim commits publish each as one Celery message: task
+  ``django_debounce.run_job``, argument the job id, **task id = job id**, no
+  ETA, to the Celery queue :func:`celery_queue` maps the job's queue to. A
+  publish that fails is logged; the job waits for its hand-off lease to lapse
+  and is handed off again (decision 88);
+* the Celery side: :func:`run_handed_off` takes the job by id in one
+  conditional statement (:func:`~django_debounce.contrib.celery.handoff.take`), runs it
+  through :func:`django_debounce.run.execution.run_job` (the built-in worker's
+  run: signals, result, retries with the task's backoff, dead letters) while
+  a keeper thread renews its lease, and returns the stored result.
+
+Celery is imported lazily: importing this module needs no Celery.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import uuid
+from collections.abc import Iterable
+from datetime import UTC, timedelta
+from types import FrameType
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, InterfaceError, connections, router
+from django.utils import timezone
+
+from ...conf import settings
+from ...exceptions import JobFailedError, JobRetryError
+from ...flow.start_rules import expired_at_start
+from ...models import Job
+from ...ops.sweep import SweepSchedule
+from ...run import leases, outcomes
+from ...run.execution import run_job
+from ...run.lease_keeper import InlineLeaseKeeper
+from ...worker import wakeup
+from . import handoff
+from .handoff_watch import UntakenWatch
+from .routing import RUN_TASK, celery_app, celery_queue, publish
+
+logger = logging.getLogger("django_debounce.celery")
+
+#: The Celery task that runs one dispatch round, for Celery beat.
+DISPATCH_TASK = "django_debounce.dispatch"
+
+
+#: When this process next runs the dead-letter auto-retry sweep (§8, §11): the scheduler runs
+#: it, since a deployment on Celery may have no built-in worker to do so.
+_sweep_schedule = SweepSchedule()
+#: This process's look-out for hand-offs nobody takes (warned once per job).
+_untaken = UntakenWatch()
+
+
+def default_scheduler_id() -> str:
+    """Return a scheduler identity: host:pid:random."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def dispatch_due(
+    *,
+    limit: int = 1000,
+    batch: int = 100,
+    queues: Iterable[str] | None = None,
+    scheduler_id: str | None = None,
+    using: str | None = None,
+    app: Any = None,
+    stopping: threading.Event | None = None,
+) -> int:
+    """Hand every due job of Celery-executor tasks to Celery, up to ``limit``; return how many.
+
+    One dispatch round: reclaim lapsed leases (hand-offs nobody took go back
+    to READY), then claim ``batch`` jobs at a time for a hand-off under
+    ``DEBOUNCE_CELERY_HANDOFF_LEASE`` and publish each after its claim
+    committed (:func:`publish`), until a claim comes back short or ``limit``
+    jobs were claimed. What the Celery beat task ``django_debounce.dispatch``
+    runs; safe to run from several schedulers at once (the claim skips rows
+    another one holds). Also runs the dead-letter auto-retry sweep when it
+    is due in this process (``DEBOUNCE_DEAD_LETTER_AUTO_RETRY``, §8), as a
+    built-in worker does on its loop, and, every 2 s, warns about hand-offs
+    no Celery worker took 10 s after they were handed off
+    (:class:`~django_debounce.contrib.celery.handoff_watch.UntakenWatch`). Once ``stopping``
+    is set it claims no more and publishes no more
+    (:func:`~django_debounce.contrib.celery.routing.publish`).
+
+    Raises:
+        ConfigurationError: Celery is missing or a setting is invalid.
+        DatabaseError: the database failed (jobs claimed so far were published).
+    """
+    using = using or router.db_for_write(Job) or DEFAULT_DB_ALIAS
+    scheduler_id = scheduler_id or default_scheduler_id()
+    app = app if app is not None else celery_app()
+    queue_list = sorted(set(queues or ()))
+    leases.reclaim_expired_leases(using=using)
+    _sweep_schedule.run_if_due(
+        using=using, lease=settings.lease, stopping=threading.Event(), renew=lambda: None
+    )
+    total = 0
+    while total < limit and not (stopping is not None and stopping.is_set()):
+        room = min(batch, limit - total)
+        jobs = handoff.claim_for_handoff(
+            scheduler_id=scheduler_id,
+            limit=room,
+            lease=settings.celery_handoff_lease,
+            queues=queue_list,
+            using=using,
+        )
+        if jobs:
+            publish(jobs, app=app, stopping=stopping)
+        total += len(jobs)
+        if len(jobs) < room:
+            break
+    # Hand-offs no Celery worker took: say so within seconds, not after the lease (decision 153).
+    _untaken.run_if_due(
+        lease=settings.celery_handoff_lease,
+        route=lambda queue: celery_queue(queue, app=app),
+        using=using,
+    )
+    return total
+
+
+class Dispatcher:
+    """The loop of ``run_debounce_worker --dispatch-only``: dispatch rounds until stopped.
+
+    Args:
+        queues: debounce queues to dispatch; ``None`` or empty: every queue.
+        batch: jobs claimed per claim (≥ 1).
+        poll_interval: seconds between rounds when nothing was due
+            (``DEBOUNCE_POLL_INTERVAL``); a round that filled its batch is
+            followed by the next at once.
+        burst: dispatch every job due now, then return.
+        scheduler_id: identity (default host:pid:random).
+        handle_signals: SIGTERM/SIGINT stop the loop (main thread only).
+        using: database alias.
+    """
+
+    def __init__(
+        self,
+        *,
+        queues: Iterable[str] | None = None,
+        batch: int = 100,
+        poll_interval: float | None = None,
+        burst: bool = False,
+        scheduler_id: str | None = None,
+        handle_signals: bool = True,
+        using: str | None = None,
+    ) -> None:
+        if batch < 1:
+            raise ValueError(f"batch={batch} must be at least 1")
+        self.queues = sorted(set(queues or ()))
+        self.batch = batch
+        self.poll_interval = settings.poll_interval if poll_interval is None else poll_interval
+        self.burst = burst
+        self.scheduler_id = scheduler_id or default_scheduler_id()
+        self.handle_signals = handle_signals
+        self.using = using or router.db_for_write(Job) or DEFAULT_DB_ALIAS
+        self.dispatched = 0
+        self._stopping = threading.Event()
+        # Set by the wake-up (LISTEN/NOTIFY or Redis, docs/howto/wakeup.md) and by stop().
+        self._wake = threading.Event()
+
+    def stop(self) -> None:
+        """Stop after the current round."""
+        self._stopping.set()
+        self._wake.set()
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        logger.info("signal %s: stopping the dispatcher", signum, extra={"action": "shutdown"})
+        self.stop()
+
+    def run(self) -> int:
+        """Dispatch until stopped (or, with ``burst``, until nothing is due); return jobs dispatched."""
+        previous: dict[signal.Signals, Any] = {}
+        if self.handle_signals and threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                previous[signum] = signal.signal(signum, self._on_signal)
+        app = celery_app()
+        logger.info(
+            "dispatcher %s starting: queues=%s batch=%s",
+            self.scheduler_id,
+            self.queues or "all",
+            self.batch,
+            extra={"action": "start_dispatcher"},
+        )
+        failures = 0
+        # An idle dispatcher wakes when a job is enqueued, as the built-in worker does.
+        waker = wakeup.start_wakeup(
+            self._wake, queues=self.queues, using=self.using, listen=not self.burst
+        )
+        try:
+            while not self._stopping.is_set():
+                try:
+                    count = dispatch_due(
+                        limit=self.batch,
+                        batch=self.batch,
+                        queues=self.queues,
+                        scheduler_id=self.scheduler_id,
+                        using=self.using,
+                        app=app,
+                        stopping=self._stopping,
+                    )
+                    failures = 0
+                except (DatabaseError, InterfaceError) as exc:
+                    failures += 1
+                    delay = min(30.0, 0.5 * 2 ** min(failures, 6))
+                    logger.error(
+                        "database error in the dispatcher (%s); reconnecting in %.1fs",
+                        exc,
+                        delay,
+                        extra={"action": "db_error"},
+                    )
+                    connections[self.using].close()
+                    self._stopping.wait(delay)
+                    continue
+                self.dispatched += count
+                if count < self.batch:
+                    if self.burst:
+                        return self.dispatched
+                    # Sleep until the next deadline, at most a poll; a wake-up ends it early.
+                    timeout = wakeup.idle_timeout(
+                        self.poll_interval, queues=self.queues, using=self.using
+                    )
+                    if self._wake.wait(timeout):
+                        self._wake.clear()
+        finally:
+            waker.stop()
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            connections[self.using].close()
+            logger.info(
+                "dispatcher %s stopped after %d hand-off(s)",
+                self.scheduler_id,
+                self.dispatched,
+                extra={"action": "stop_dispatcher"},
+            )
+        return self.dispatched
+
+
+def take_and_run(job_id: int, *, using: str | None = None) -> handoff.Taken:
+    """Take the handed-off job ``job_id`` and run it in this (Celery worker) process.
+
+    Takes the job (:func:`~django_debounce.contrib.celery.handoff.take`: one conditional
+    statement); a message that finds nothing to take (a duplicate or late
+    message, a job cancelled, expired, already run or handed off again) is
+    logged at INFO (action ``noop``). Otherwise runs it through
+    :func:`~django_debounce.run.execution.run_job` under a lease of
+    ``DEBOUNCE_LEASE`` that a keeper thread renews every third of it, so a
+    Celery worker that dies mid-job stops renewing and the job runs again
+    after its lease (at least once, §7).
+
+    Returns:
+        :class:`~django_debounce.contrib.celery.handoff.Taken`: ``job`` is ``None`` for a
+        no-op (``why`` says why); otherwise the job with this attempt's
+        outcome: SUCCESSFUL, FAILED (dead letter written), READY (a retry is
+        scheduled, or its task is not known here yet), EXPIRED (it reached this
+        worker past its ``expires_at`` and never ran, decision 146), or still
+        RUNNING when the run was late and its outcome discarded (§11).
+
+    Raises:
+        OperationalError, InterfaceError: the outcome could not be written
+            (the job stays RUNNING until its lease lapses).
+    """
+    using = using or router.db_for_write(Job) or DEFAULT_DB_ALIAS
+    worker_id = f"celery:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    lease: timedelta = settings.lease
+    taken = handoff.take(job_id, worker_id=worker_id, lease=lease, using=using)
+    job = taken.job
+    if job is None:
+        logger.info(
+            "message for job %s is a no-op: %s",
+            job_id,
+            taken.why,
+            extra={"action": "noop", "job_id": job_id},
+        )
+        return taken
+    now = timezone.now()
+    if expired_at_start(job, now):  # it waited in the broker past its expiry (decision 146)
+        outcomes.expire_claimed(job, started_before=None, worker_id=worker_id, now=now, using=using)
+        return taken
+
+    def renew() -> None:
+        leases.renew_leases([job.pk], worker_id=worker_id, lease=lease, using=using)
+
+    with InlineLeaseKeeper(renew, lease) as keeper, keeper.running():
+        run_job(job, worker_id=worker_id, using=using, retry_for=lease)
+    return taken
+
+
+def _last_error_line(job: Job) -> str:
+    lines = (job.error or "").strip().splitlines()
+    return lines[-1] if lines else "no error recorded"
+
+
+def failed_error(job: Job) -> JobFailedError:
+    """Return the :class:`JobFailedError` of ``job``, which this attempt ended FAILED (decision 138)."""
+    return JobFailedError(
+        f"job {job.pk} ({job.task_name}) failed for good on attempt {job.attempts}: "
+        f"{_last_error_line(job)}; its dead letter is written (`manage.py retry_dead_letters` "
+        "runs it again)"
+    )
+
+
+def retry_error(job: Job) -> JobRetryError:
+    """Return the :class:`JobRetryError` of ``job``, READY again after this attempt (decision 152)."""
+    when = job.run_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return JobRetryError(
+        f"job {job.pk} ({job.task_name}) is READY again and runs at {when} under this task id: "
+        f"{_last_error_line(job)}"
+    )
+
+
+def run_handed_off(job_id: int, *, using: str | None = None) -> object:
+    """Run the handed-off job ``job_id`` in this process (:func:`take_and_run`); return its stored result.
+
+    What a test runs in place of a Celery worker (docs/howto/celery.md,
+    "Testing"). Returns the job's stored result, or ``None`` when the message
+    was a no-op or this attempt left the job READY (a retry is scheduled).
+    The Celery task ``django_debounce.run_job`` maps the same outcomes onto
+    Celery's states (:mod:`django_debounce.contrib.celery.tasks`).
+
+    Raises:
+        JobFailedError: this attempt ended the job FAILED (retries exhausted,
+            or its task is unknown here: ``unknown_task:``); raised after the
+            dead letter is written (decision 138).
+    """
+    job = take_and_run(job_id, using=using).job
+    if job is None:
+        return None
+    if job.status == Job.Status.FAILED:
+        # Raised only now: the job's outcome (its dead letter) is already written (decision 138).
+        raise failed_error(job)
+    return job.result if job.status == Job.Status.SUCCESSFUL else None
+
+
+__all__ = [
+    "DISPATCH_TASK",
+    "RUN_TASK",
+    "Dispatcher",
+    "celery_app",
+    "celery_queue",
+    "dispatch_due",
+    "failed_error",
+    "publish",
+    "retry_error",
+    "run_handed_off",
+    "take_and_run",
+]

@@ -1,0 +1,109 @@
+"""The Celery tasks of the Celery executor: run a handed-off job, and one dispatch round for beat.
+
+Registered with ``@shared_task`` (every Celery app of the process gets them)
+when Django loads the app and Celery is installed
+(:meth:`~django_debounce.apps.DjangoDebounceConfig.ready`), so a project's
+``celery -A proj worker`` knows them without ``autodiscover_tasks``
+(issue #10, docs/howto/celery.md).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+from celery.exceptions import Ignore, Retry
+
+from ...exceptions import JobFailedError
+from ...job_ids import parse_id
+from ...models import Job
+from . import executor as celery_executor
+
+logger = logging.getLogger("django_debounce.celery")
+
+
+@shared_task(name=celery_executor.RUN_TASK, throws=(JobFailedError,))
+def run_job(*args: object, **kwargs: object) -> object:
+    """Run the handed-off job whose id is the one argument (:func:`~django_debounce.contrib.celery.executor.take_and_run`).
+
+    The message's task id is the job id, so every hand-off of one job shares
+    one Celery result. What Celery records (decisions 138 and 152,
+    docs/howto/celery.md "What Flower and AsyncResult show"):
+
+    * SUCCESS with the job's stored result: the job succeeded;
+    * RETRY with :class:`~django_debounce.exceptions.JobRetryError`: the job
+      is READY again (this attempt failed and a retry is scheduled, or its
+      task is not known here yet). Raised as Celery's ``Retry`` without
+      publishing anything: the scheduler hands the job off again. Result
+      backends let a later state replace RETRY, never a SUCCESS;
+    * FAILURE with :class:`~django_debounce.exceptions.JobFailedError`: this
+      attempt ended the job FAILED (dead letter written). It is in
+      ``throws``, so the worker logs it without a traceback;
+    * nothing (Celery's ``Ignore``): the message had nothing to take (a
+      duplicate, late or stale message, or a hand-crafted one whose
+      arguments are not one job id; an INFO ``noop`` or ERROR
+      ``bad_message`` line), or its run was late and discarded. The result
+      stays what the job's own attempts wrote, so a duplicate never hides
+      them.
+
+    The outcome is written before anything is raised, and a redelivered
+    message is a no-op, so no ``acks_late``/``acks_on_failure_or_timeout``
+    setting changes the job.
+    """
+    job_id = _job_id(args, kwargs)
+    if job_id is None:
+        raise Ignore()
+    job = celery_executor.take_and_run(job_id).job
+    if job is None:
+        raise Ignore()
+    if job.status == Job.Status.SUCCESSFUL:
+        return job.result
+    if job.status == Job.Status.FAILED:
+        raise celery_executor.failed_error(job)
+    if job.status == Job.Status.READY:
+        error = celery_executor.retry_error(job)
+        raise Retry(str(error), exc=error, when=job.run_at)
+    raise Ignore()  # a late run: its outcome was discarded, the job is another run's
+
+
+def _job_id(args: tuple[object, ...], kwargs: dict[str, object]) -> int | None:
+    """Return the job id a ``run_job`` message carries, or log why it carries none and return ``None``."""
+    value = args[0] if len(args) == 1 and not kwargs else kwargs.get("job_id", args)
+    if len(args) + len(kwargs) == 1 and (job_id := parse_id(value)) is not None:
+        return job_id
+    logger.error(
+        "ignored a %s message with args=%s kwargs=%s: it takes one job id "
+        "(an integer, 1 to 2**63 - 1, or its ASCII decimal digits); "
+        "the dispatcher publishes these, a hand-made message must too",
+        celery_executor.RUN_TASK,
+        _shown(list(args)),
+        _shown(kwargs),
+        extra={"action": "bad_message"},
+    )
+    return None
+
+
+def _shown(value: object) -> str:
+    """Return ``repr(value)`` cut to 200 characters; a number too long for ``repr`` is named instead."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int past sys.get_int_max_str_digits()
+        return "<a value holding a number too long to print>"
+    return text if len(text) <= 200 else f"{text[:200]}... ({len(text)} characters)"
+
+
+@shared_task(name=celery_executor.DISPATCH_TASK, ignore_result=True)
+def dispatch(limit: int = 1000, queues: list[str] | None = None) -> int:
+    """Hand due jobs to Celery (:func:`~django_debounce.contrib.celery.executor.dispatch_due`); for Celery beat.
+
+    Args:
+        limit: most jobs handed off by this round.
+        queues: debounce queues to dispatch; ``None``: every queue.
+
+    Returns:
+        How many jobs were handed off.
+    """
+    return celery_executor.dispatch_due(limit=int(limit), queues=queues)
+
+
+__all__ = ["dispatch", "run_job"]

@@ -1,0 +1,139 @@
+"""Run one claimed job: call its task, then record what happened (contract §7, §11).
+
+:func:`run_job` is what an executor calls for each job it claimed
+(:func:`django_debounce.claim.claiming.claim_jobs`), in the thread that runs it; the
+built-in worker calls it from its loop or its job threads. The task runs
+outside any transaction; the outcome is written by :mod:`django_debounce.run.outcomes`.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from asgiref.sync import async_to_sync
+from django.db import DatabaseError, connections, transaction
+
+from .. import codec, registry
+from ..context import JobContext
+from ..log_fields import job_fields
+from ..models import Job
+from ..signals import job_started, send_signal
+from . import outcomes
+from .interrupts import is_host_stop
+from .storable import storable_result
+from .success_batches import SuccessBatch
+from .unknown_tasks import handle_unknown_task
+
+#: The worker's documented logger (docs/reference/commands.md): run lines keep its name.
+logger = logging.getLogger("django_debounce.worker")
+
+
+def run_job(
+    job: Job,
+    *,
+    worker_id: str,
+    using: str,
+    retry_for: timedelta | None = None,
+    successes: SuccessBatch | None = None,
+) -> None:
+    """Run the claimed ``job``'s task and record the outcome; never raises for the task's error.
+
+    A job whose task is not registered here is put back while
+    ``DEBOUNCE_UNKNOWN_TASK_GRACE`` lasts, else buried as ``unknown_task:``
+    (:func:`~django_debounce.run.unknown_tasks.handle_unknown_task`). Otherwise
+    ``job_started`` is sent, the arguments decoded (a ``takes_context`` task
+    gets a :class:`~django_debounce.context.JobContext` first), the task called
+    (an async one through ``async_to_sync``) and its return value recorded
+    (:func:`~django_debounce.run.outcomes.record_success`), or what it raised
+    (:func:`~django_debounce.run.outcomes.record_failure`: a retry or a dead letter),
+    ``BaseException`` subclasses included: a task that calls ``sys.exit(3)`` or
+    raises ``KeyboardInterrupt`` or ``asyncio.CancelledError`` has failed, with
+    the error ``"SystemExit: 3"`` (decision 150), and the calling thread goes on.
+
+    Inside a caller's transaction (an inline ``--burst`` in a test, say) the
+    task runs after a savepoint: a database error in the task rolls back to
+    it, so the caller's transaction stays usable and the outcome can be
+    recorded; any other exception keeps the task's writes, as in autocommit.
+
+    Args:
+        job: a job claimed for ``worker_id`` (RUNNING, as the claim returned it).
+        worker_id: the id it was claimed under.
+        using: database alias.
+        retry_for: how long outcome writes retry through transient database
+            errors (default ``DEBOUNCE_LEASE``; the worker passes its lease).
+        successes: where a plain success waits for its batched write
+            (:class:`~django_debounce.run.success_batches.SuccessBatch`; its
+            ``job_finished`` is sent after that write). ``None`` writes it at
+            once. A failure, and a success of a task with a circuit breaker,
+            are always written at once (decision 120).
+
+    Raises:
+        OperationalError, InterfaceError: the outcome could not be written for
+            ``retry_for``: the job stays RUNNING until its lease lapses.
+        SystemExit: only a subclass a signal handler raised to end the process
+            (:func:`~django_debounce.run.interrupts.is_host_stop`: the worker's second
+            signal, Celery's cold shutdown): nothing is recorded, and the job runs
+            again once its lease lapses.
+    """
+    task = registry.lookup(job.task_name)
+    if task is None:
+        handle_unknown_task(job, worker_id=worker_id, using=using, retry_for=retry_for)
+        return
+    logger.info(
+        "running job %s (%s), attempt %d",
+        job.pk,
+        job.task_name,
+        job.attempts,
+        extra=job_fields(job, action="start_job", outcome="started"),
+    )
+    send_signal(job_started, job=job)
+    try:
+        args, kwargs = codec.decode_call(job.args, job.kwargs)
+        if task.options.takes_context:  # Django's takes_context: the context comes first
+            args = [JobContext.for_job(job), *args]
+        connection = connections[using]
+        # transaction.savepoint() is deprecated in Django 6.1: the connection's own method.
+        savepoint = connection.savepoint() if connection.in_atomic_block else None
+        try:
+            if task.is_async:
+                result = async_to_sync(task.func)(*args, **kwargs)
+            else:
+                result = task.func(*args, **kwargs)
+        except DatabaseError:
+            if savepoint:
+                # Django marked the transaction broken; clear the mark so that the
+                # ROLLBACK TO SAVEPOINT can run (the documented manual-savepoint dance).
+                transaction.set_rollback(False, using=using)
+                transaction.savepoint_rollback(savepoint, using=using)
+            raise
+        if savepoint:
+            transaction.savepoint_commit(savepoint, using=using)
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt too: the run's error
+        if is_host_stop(exc):
+            raise  # a signal handler ending the process, not the task (decision 150)
+        logger.exception(
+            "job %s (%s) raised",
+            job.pk,
+            job.task_name,
+            extra=job_fields(job, action="job_error", outcome="raised"),
+        )
+        outcomes.record_failure(
+            job,
+            exc,
+            worker_id=worker_id,
+            using=using,
+            min_backoff=task.options.min_backoff,
+            max_backoff=task.options.max_backoff,
+            retry_for=retry_for,
+        )
+    else:
+        if successes is not None and task.options.circuit_breaker is None:
+            successes.add(job, storable_result(result), result)
+        else:
+            outcomes.record_success(
+                job, result, worker_id=worker_id, using=using, retry_for=retry_for
+            )
+
+
+__all__ = ["run_job"]
