@@ -390,7 +390,7 @@ def succeed(
             unique_lock=None,
         )
 
-    # One entry for every result (tests/processes/test_claim_cache_and_connection_attacks.py).
+    # One entry for every result (tests/processes/claim/test_claim_cache_and_connection_attacks.py).
     entry = compiled.compiled(("record_success",), build, _SUCCESS_SLOTS, using)
     values = {
         "pk": job.pk,

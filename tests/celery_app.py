@@ -55,7 +55,7 @@ if os.environ.get("DEBOUNCE_TEST_RESULT_PREFIX"):  # a test reading AsyncResult 
     with_results(app, os.environ["DEBOUNCE_TEST_RESULT_PREFIX"])
 app.set_current()
 app.set_default()
-# `celery worker --debounce-metrics-port N` (tests/processes/test_celery_metrics.py); called
+# `celery worker --debounce-metrics-port N` (tests/processes/contrib/celery/test_celery_metrics.py); called
 # before Django is set up, as in a project's proj/celery.py.
 add_worker_metrics(app)
 # Load Django (and through it the package's Celery tasks and the test tasks) now, so the

@@ -1,5 +1,5 @@
 """A ``job_started`` receiver that raises, connected only in worker subprocesses that ask
-for it (``DEBOUNCE_TEST_BROKEN_RECEIVER=1``; tests/processes/test_worker_command_line.py)."""
+for it (``DEBOUNCE_TEST_BROKEN_RECEIVER=1``; tests/processes/worker/test_worker_command_line.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tasks the Celery executor's tests run in a real ``celery worker`` (tests/processes/test_celery_executor.py).
+"""Tasks the Celery executor's tests run in a real ``celery worker`` (tests/processes/contrib/celery/test_celery_executor.py).
 
 Every run writes one :class:`~tests.testapp.models.CallLog` row (task, tag,
 attempt, process id), so a test counts runs across processes.

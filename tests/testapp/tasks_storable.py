@@ -1,5 +1,5 @@
 """Tasks of the outcome-storing tests (names start with ``st.``): results and errors a
-database cannot store as they are (tests/processes/test_unstorable_outcomes.py)."""
+database cannot store as they are (tests/processes/run/test_unstorable_outcomes.py)."""
 
 from __future__ import annotations
 

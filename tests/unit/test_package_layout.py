@@ -264,3 +264,17 @@ def test_every_module_the_design_page_names_exists():
                 unknown.append(path)
     assert len(files) > 10 and len(dotted) > 5
     assert missing == [] and unknown == []
+
+
+def test_the_tests_mirror_the_package_folders():
+    """tests/<tier>/<folder>/ holds the tests of django_debounce/<folder>/; the tier's root, the kernel's."""
+    tests = PACKAGE.parent / "tests"
+    tiers = [tests / "unit", tests / "db", tests / "processes"]
+    folders = {
+        path.relative_to(tier).as_posix()
+        for tier in tiers
+        for path in tier.rglob("*")
+        if path.is_dir() and path.name != "__pycache__"
+    }
+    assert {"claim", "flow", "contrib/celery"} <= folders
+    assert sorted(f for f in folders if not (PACKAGE / f / "__init__.py").is_file()) == []

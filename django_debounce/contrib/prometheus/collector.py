@@ -7,7 +7,7 @@ the claim index (``debounce_job_claim``) and the lease index
 (``debounce_job_status_lease``), so the finished history, the part of the
 table that grows forever, is never read; the third reads ``TaskState``, one
 row per task with flow control. A scrape's cost follows the backlog, not the
-table (decision 107; ``tests/db/test_metrics_collector.py`` checks the plans
+table (decision 107; ``tests/db/contrib/prometheus/test_metrics_collector.py`` checks the plans
 with ``EXPLAIN`` on PostgreSQL).
 
 Gauges (labels ``queue`` and ``task_name``; a breaker's ``task_name`` only):

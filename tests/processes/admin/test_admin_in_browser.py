@@ -27,12 +27,12 @@ from django.utils import timezone
 
 from django_debounce.models import DeadLetter, Job
 from tests.conftest import require_service
-from tests.db.test_admin import window_job
+from tests.db.admin.test_admin import window_job
 from tests.factories import DeadLetterFactory, JobFactory
 from tests.procs import wait_for
 
 CHROMIUM = os.environ.get("DEBOUNCE_CHROMIUM", "/usr/bin/chromium")
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SHOTS = (
     REPO / "docs" / "img"
     if os.environ.get("DEBOUNCE_DOCS_SCREENSHOTS") == "1"

@@ -12,7 +12,7 @@ from django.test import Client
 from django.urls import reverse
 
 from django_debounce.models import DeadLetter, Job
-from tests.db.test_admin import messages_of, staff
+from tests.db.admin.test_admin import messages_of, staff
 from tests.factories import DeadLetterFactory, JobFactory
 from tests.testapp.tasks_admin import refresh
 

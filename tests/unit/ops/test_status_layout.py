@@ -1,7 +1,7 @@
 """The text of ``debounce_status`` on real-world names: what tells rows apart stays (decision 132).
 
 Snapshots are built by hand (the shape :func:`collect_status` returns); the
-numbers from the database are tested in tests/db/test_debounce_status.py.
+numbers from the database are tested in tests/db/ops/test_debounce_status.py.
 """
 
 from __future__ import annotations

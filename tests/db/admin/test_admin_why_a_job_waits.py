@@ -18,7 +18,7 @@ from django_debounce.flow import hold_reasons as holds
 from django_debounce.flow.rules import current_gates
 from django_debounce.models import DeadLetter, Job, JobDependency, QueueState, TaskState
 from tests.conftest import T
-from tests.db.test_admin import staff, url
+from tests.db.admin.test_admin import staff, url
 from tests.factories import DeadLetterFactory, JobFactory
 from tests.testapp import tasks_admin_holds
 

@@ -1,6 +1,6 @@
 """The wake-up's pieces in one process: the NOTIFY triggers, the next deadline, the mode, the checks.
 
-Decisions 80–84; the end-to-end latency tests are tests/processes/test_wakeup.py.
+Decisions 80–84; the end-to-end latency tests are tests/processes/worker/test_wakeup.py.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The task body runs in this process (a Celery task object called directly runs
 its function); the real worker's AsyncResult state is checked in
-tests/processes/test_celery_executor.py.
+tests/processes/contrib/celery/test_celery_executor.py.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from django_debounce.claim.claiming import claim_jobs
 from django_debounce.models import DeadLetter, Job, JobDependency, TaskState
 from django_debounce.ops import windows
 from tests.conftest import T, child_env
-from tests.db.test_admin import messages_of, staff
+from tests.db.admin.test_admin import messages_of, staff
 from tests.factories import DeadLetterFactory, JobFactory
 from tests.procs import processes, wait_for, waiting_on_a_lock
 from tests.testapp import tasks_admin_holds

@@ -216,7 +216,7 @@ def test_the_ledger_gives_back_the_takes_of_a_block_that_raised(store):
 @pytest.mark.django_db(transaction=True)
 def test_a_job_locked_elsewhere_costs_no_redis_token(store, clock, rated):
     """The claim loses a job it admitted (another transaction holds its row): the token goes back."""
-    from tests.db.test_gated_claim_locks import held_open, lock_rows
+    from tests.db.claim.test_gated_claim_locks import held_open, lock_rows
     from tests.procs import in_thread
 
     ids = [JobFactory(task_name="rb.rate", args=[i], run_at=T).pk for i in range(5)]

@@ -18,7 +18,7 @@ import pytest
 
 from django_debounce.models import Job
 from tests.processes.celery_rig import CeleryRig
-from tests.processes.test_metrics_endpoint import answering, free_port, scrape
+from tests.processes.contrib.prometheus.test_metrics_endpoint import answering, free_port, scrape
 from tests.procs import Processes, processes, wait_for
 from tests.testapp.tasks_celery import stacked
 

@@ -1,6 +1,6 @@
 """The Celery executor's hand-off, in one process: claim, take, lapse, run, publish (issue #10).
 
-The real ``celery worker`` runs are tests/processes/test_celery_executor.py;
+The real ``celery worker`` runs are tests/processes/contrib/celery/test_celery_executor.py;
 here the hand-off's database side is checked under the frozen clock.
 """
 
@@ -247,7 +247,7 @@ def test_dispatch_only_burst_publishes_each_due_job_with_its_id_as_task_id(setti
 
 
 def test_the_scheduler_runs_the_dead_letter_sweep(clock, settings, monkeypatch):
-    from tests.db.test_dead_letter_auto_retry import CONFIG, old_letter
+    from tests.db.ops.test_dead_letter_auto_retry import CONFIG, old_letter
 
     settings.DEBOUNCE_DEAD_LETTER_AUTO_RETRY = CONFIG
     monkeypatch.setattr(celery_executor._sweep_schedule, "next_at", None)  # this test's first round

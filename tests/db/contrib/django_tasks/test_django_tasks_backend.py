@@ -126,9 +126,13 @@ def test_task_options_get_the_same_errors_as_debounced_task(options, message):
     assert message in str(djangos.value)
     # The same message, naming each its own task.
     assert str(djangos.value).replace(
-        "tests.db.test_django_tasks_backend.undeclared_b", "tests.dj.undeclared"
+        "tests.db.contrib.django_tasks.test_django_tasks_backend.undeclared_b",
+        "tests.dj.undeclared",
     ) == str(ours.value)
-    assert registry.lookup("tests.db.test_django_tasks_backend.undeclared_b") is None
+    assert (
+        registry.lookup("tests.db.contrib.django_tasks.test_django_tasks_backend.undeclared_b")
+        is None
+    )
 
 
 def test_a_django_task_can_name_its_executor():
@@ -157,7 +161,10 @@ def test_an_unknown_option_is_a_configuration_error_naming_the_likely_one():
         task(debounce="1s", debounce_maxwait="1m")(undeclared_b)
     assert "unknown option(s) ['debounce_maxwait']" in str(error.value)
     assert "did you mean 'debounce_max_wait'?" in str(error.value)
-    assert registry.lookup("tests.db.test_django_tasks_backend.undeclared_b") is None
+    assert (
+        registry.lookup("tests.db.contrib.django_tasks.test_django_tasks_backend.undeclared_b")
+        is None
+    )
 
 
 def test_a_shed_job_is_a_failed_result_with_the_shed_reason(clock):
