@@ -40,7 +40,7 @@ from ..claim.claiming import claim_batch
 from ..conf import settings
 from ..models import Job
 from ..ops.sweep import SweepSchedule
-from ..run import leases, outcomes
+from ..run import leases
 from ..run.execution import run_job
 from ..run.lease_keeper import InlineLeaseKeeper
 from ..run.success_batches import SuccessBatch
@@ -414,9 +414,3 @@ class Worker(WorkerStop):
             with self._lock:
                 last = self._job_seconds
                 self._job_seconds = took if last is None else 0.9 * last + 0.1 * took
-
-    def _succeed(self, job: Job, result: object) -> None:
-        """Record a successful run (:func:`~django_debounce.run.outcomes.record_success`)."""
-        outcomes.record_success(
-            job, result, worker_id=self.worker_id, using=self.using, retry_for=self.lease
-        )
