@@ -607,15 +607,16 @@ CATEGORIES: list[tuple[str, Callable[[str, str], bool]]] = [
 
 #: Functions whose cumulative time the profile report shows (substring of file:function).
 HIGHLIGHTS = [
-    "enqueueing.py:enqueue_call",
-    "enqueueing.py:plan_call",
+    "enqueueing/call.py:enqueue_call",
+    "planning.py:plan_call",
     "upsert.py:slide_or_insert",
     "upsert.py:_from_row",
-    "worker.py:run",
-    "worker.py:_claim_batch",
-    "worker.py:_process",
-    "worker.py:_succeed",
-    "worker.py:_keep_lease_inline",
+    "worker/loop.py:run",
+    "claiming.py:claim_batch",
+    "worker/loop.py:_process",
+    "outcomes.py:record_success",
+    "success_batches.py:write_successes",
+    "worker/stop.py:_renew_leases",
     "backends/utils.py:execute",
     "sql/compiler.py:as_sql",
     "sql/compiler.py:execute_sql",

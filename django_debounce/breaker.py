@@ -68,13 +68,19 @@ class CircuitBreaker:
         object.__setattr__(self, "failures", failures)
         object.__setattr__(self, "reset", parse_duration(reset, name="CircuitBreaker(reset)"))
 
-    def probe_due(self, state: TaskState, now: datetime) -> bool:
-        """True when an open breaker's ``reset`` has passed, so one probe may run."""
-        return (
-            state.breaker_state == OPEN
-            and state.opened_at is not None
-            and now >= state.opened_at + self.reset
-        )
+    def probe_due_at(self, state: TaskState) -> datetime | None:
+        """Return when the open breaker of ``state`` admits its probe: ``opened_at + reset``.
+
+        The one statement of the probe rule: from that instant on the next
+        claim admits one job as the probe (:func:`~django_debounce.flow.rules.verdict`),
+        and the admin and ``debounce_status`` show it as "open until"
+        (:func:`~django_debounce.flow.hold_reasons.flow_view`). ``None`` unless the
+        breaker is open with an opening time stored (closed, half-open, or an
+        open row without ``opened_at``, which holds until a failure reopens it).
+        """
+        if state.breaker_state != OPEN or state.opened_at is None:
+            return None
+        return state.opened_at + self.reset
 
     def record_success(self, state: TaskState, job_id: int) -> bool:
         """Apply a successful run of job ``job_id`` to ``state``; return True if it changed.

@@ -6,7 +6,9 @@ again. :func:`is_transient` tells the two apart by the driver's error code,
 not by its message (a server may word its messages in another language).
 Lock contention at enqueue and claim (a lost race or a lock wait, worth another try)
 is :func:`is_contention`.
-:func:`retry_transient` runs a write and retries it through transient errors.
+:func:`retry_transient` runs a write and retries it through transient errors;
+:class:`ReconnectBackoff` is how a long-running loop (the built-in worker's, the
+Celery dispatcher's) waits out a database outage between its rounds.
 """
 
 from __future__ import annotations
@@ -101,10 +103,56 @@ def retry_transient(write: Callable[[], _T], *, using: str, patience: timedelta)
             delay = min(delay * 2, 5.0)
 
 
+class ReconnectBackoff:
+    """A loop's pause after a database error in one of its rounds: 1 s, 2 s, … up to 30 s.
+
+    The built-in worker's loop and the Celery dispatcher's loop survive a
+    database outage (the server restarted, the connection dropped) the same
+    way (docs/reference/commands.md): each failed round is logged at ERROR
+    (action ``db_error``) on the loop's own logger, the connection is closed so
+    the next round reconnects, and the loop waits a delay that doubles from 1 s
+    to at most 30 s; a round that works starts the count again.
+
+    Args:
+        where: what failed, as the log line says it (``"the worker loop"``).
+        logger: the loop's logger.
+        using: the database alias whose connection is closed.
+    """
+
+    #: The first delay is FIRST * 2 seconds; it doubles up to MAX_DELAY.
+    FIRST = 0.5
+    MAX_DELAY = 30.0
+
+    def __init__(self, where: str, *, logger: logging.Logger, using: str) -> None:
+        self.where = where
+        self.logger = logger
+        self.using = using
+        self.failures = 0
+
+    def succeeded(self) -> None:
+        """A round worked: the next error waits the first delay again."""
+        self.failures = 0
+
+    def failed(self, exc: BaseException) -> float:
+        """Log ``exc``, close the connection and return the seconds to wait before the next round."""
+        self.failures += 1
+        delay = min(self.MAX_DELAY, self.FIRST * 2.0 ** min(self.failures, 6))
+        self.logger.error(
+            "database error in %s (%s); reconnecting in %.1fs",
+            self.where,
+            exc,
+            delay,
+            extra={"action": "db_error"},
+        )
+        connections[self.using].close()
+        return delay
+
+
 __all__ = [
     "MYSQL_TRANSIENT_CODES",
     "PG_LOCK_NOT_AVAILABLE",
     "PG_TRANSIENT_CLASSES",
+    "ReconnectBackoff",
     "is_transient",
     "retry_transient",
 ]

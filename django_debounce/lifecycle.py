@@ -182,8 +182,14 @@ def expire(job_ids: Iterable[int], *, now: datetime, using: str = DEFAULT_DB_ALI
     return _end_ready(list(job_ids), Status.EXPIRED, now, using)
 
 
-def cancel(job_ids: Iterable[int], *, now: datetime, using: str = DEFAULT_DB_ALIAS) -> list[int]:
-    """End READY jobs as CANCELLED: they never run (again) (§4.1, §6).
+def cancel_ready(
+    job_ids: Iterable[int], *, now: datetime, using: str = DEFAULT_DB_ALIAS
+) -> list[int]:
+    """End the READY jobs among ``job_ids`` as CANCELLED: they never run (again) (§4.1, §6).
+
+    The transition under :func:`django_debounce.ops.windows.cancel` (the
+    operator's action, which locks the rows and reports) and under an enqueue
+    whose dependency had already failed.
 
     A planned outcome (§8): no dead letter. An open window closes
     (``window_key`` and ``unique_lock`` cleared), so the key's next call

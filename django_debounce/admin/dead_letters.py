@@ -26,7 +26,7 @@ from .helpers import (
     KindFilter,
     QueueFilter,
     RetriedFilter,
-    TaskFilter,
+    TaskNameFilter,
     exact_dead_letter_search,
     job_link,
     time_column,
@@ -50,7 +50,7 @@ class DeadLetterAdmin(CallDisplayAdmin):
     ]
     list_filter = [
         KindFilter,
-        TaskFilter,
+        TaskNameFilter,
         ErrorTypeFilter,
         QueueFilter,
         RetriedFilter,

@@ -163,8 +163,8 @@ def job_link(job_id: int | None) -> SafeString | str:
 # -- filters -------------------------------------------------------------------------
 
 
-class TaskFilter(admin.SimpleListFilter):
-    """Filter by task name; choices are the registered tasks (no query over the table)."""
+class TaskNameFilter(admin.SimpleListFilter):
+    """Filter a changelist by task name; choices are the registered tasks (no query over the table)."""
 
     title = _("task")
     parameter_name = "task"

@@ -24,7 +24,7 @@ from ..flow import hold_reasons
 from ..models import DeadLetter, Job, OpenWindow
 from .helpers import (
     QueueFilter,
-    TaskFilter,
+    TaskNameFilter,
     countdown_html,
     exact_job_search,
     job_link,
@@ -60,7 +60,7 @@ class JobAdmin(WindowActionsAdmin):
         "attempts",
         "created_at_time",
     ]
-    list_filter = ["status", QueueFilter, TaskFilter, ("created_at", admin.DateFieldListFilter)]
+    list_filter = ["status", QueueFilter, TaskNameFilter, ("created_at", admin.DateFieldListFilter)]
     search_fields = ["=id", "=debounce_key", "=task_name"]
     search_help_text = _("Exact job id, debounce key or task name.")
     actions = ["run_now", "cancel"]
@@ -298,7 +298,7 @@ class OpenWindowAdmin(JobAdmin):
         "queue",
     ]
     list_display_links = None
-    list_filter = [TaskFilter, QueueFilter]
+    list_filter = [TaskNameFilter, QueueFilter]
     search_fields = ["debounce_key"]
     search_help_text = _("Part of the debounce key.")
     ordering = ["run_at", "id"]

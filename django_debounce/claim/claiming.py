@@ -38,7 +38,7 @@ from ..flow.rules import claimable_jobs, current_gates
 from ..flow.start_rules import cut_for_start, judged_at_start
 from ..log_fields import job_fields
 from ..models import Job
-from .executors import TaskFilter, claim_filter
+from .executors import ExecutorTaskFilter, claim_filter
 from .expiry import expire_jobs
 from .gated import take_admitted
 from .queries import (
@@ -194,7 +194,7 @@ def _claim_once(
     queues: Sequence[str] | None,
     using: str,
     peek: bool,
-    tasks: TaskFilter,
+    tasks: ExecutorTaskFilter,
     start_now: int | None = None,
 ) -> ClaimedBatch:
     """Make one claim as :func:`claim_jobs` describes it, of the task names ``tasks`` lets through."""

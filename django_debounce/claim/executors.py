@@ -18,8 +18,8 @@ from ..conf.executor import EXECUTORS, parse_executor
 
 
 @dataclass(frozen=True)
-class TaskFilter:
-    """The task names a claim may take (part of the claim's cache key).
+class ExecutorTaskFilter:
+    """The task names an executor's claim may take (:func:`claim_filter`; part of the claim's cache key).
 
     Attributes:
         only: take only jobs of these task names (sorted); ``None``: any name.
@@ -36,7 +36,7 @@ class TaskFilter:
 
 
 #: The filter that leaves every job in (no SQL added).
-ANY_TASK = TaskFilter()
+ANY_TASK = ExecutorTaskFilter()
 
 
 def executor_of(task_name: str) -> str:
@@ -53,7 +53,7 @@ def executor_of(task_name: str) -> str:
     return settings.executor
 
 
-def claim_filter(executor: str) -> TaskFilter:
+def claim_filter(executor: str) -> ExecutorTaskFilter:
     """Return the task names the claim of ``executor`` takes (decision 86).
 
     The executor of ``DEBOUNCE_EXECUTOR`` takes every job except those of
@@ -78,8 +78,8 @@ def claim_filter(executor: str) -> TaskFilter:
         if task.options.executor is not None and task.options.executor != default
     )
     if executor == default:
-        return TaskFilter(skip=tuple(others)) if others else ANY_TASK
-    return TaskFilter(only=tuple(others))
+        return ExecutorTaskFilter(skip=tuple(others)) if others else ANY_TASK
+    return ExecutorTaskFilter(only=tuple(others))
 
 
-__all__ = ["ANY_TASK", "EXECUTORS", "TaskFilter", "claim_filter", "executor_of"]
+__all__ = ["ANY_TASK", "EXECUTORS", "ExecutorTaskFilter", "claim_filter", "executor_of"]

@@ -33,7 +33,7 @@ from .. import compiled
 from ..conf import settings
 from ..flow.rules import claimable_jobs
 from ..models import Job
-from .executors import ANY_TASK, TaskFilter
+from .executors import ANY_TASK, ExecutorTaskFilter
 
 Status = Job.Status
 
@@ -61,7 +61,7 @@ class ClaimShape:
     """CoDel queues left out of this round (sorted)."""
     lock: str
     """``"skip_locked"``, ``"for_update"`` or ``""`` (the database has no row locks)."""
-    tasks: TaskFilter = ANY_TASK
+    tasks: ExecutorTaskFilter = ANY_TASK
     """The task names the claiming executor takes (:func:`~django_debounce.claim.executors.claim_filter`)."""
 
     def queryset(self, now: datetime, using: str) -> QuerySet[Job]:
@@ -117,7 +117,7 @@ def mark_running(
     return compiled.execute_update(entry, values, using)
 
 
-def tasks_of(qs: QuerySet[Job], tasks: TaskFilter) -> QuerySet[Job]:
+def tasks_of(qs: QuerySet[Job], tasks: ExecutorTaskFilter) -> QuerySet[Job]:
     """Return ``qs`` restricted to the task names ``tasks`` lets through (issue #10)."""
     if tasks.only is not None:
         qs = qs.filter(task_name__in=list(tasks.only))
@@ -127,7 +127,7 @@ def tasks_of(qs: QuerySet[Job], tasks: TaskFilter) -> QuerySet[Job]:
 
 
 def anything_claimable(
-    now: datetime, queues: Sequence[str] | None, using: str, tasks: TaskFilter = ANY_TASK
+    now: datetime, queues: Sequence[str] | None, using: str, tasks: ExecutorTaskFilter = ANY_TASK
 ) -> bool:
     """Return True when :func:`claimable_jobs` at ``now`` has a row of ``tasks`` (no lock taken).
 
@@ -263,7 +263,7 @@ def claim_in_one_statement(
     lease: timedelta,
     queues: Sequence[str] | None,
     using: str,
-    tasks: TaskFilter = ANY_TASK,
+    tasks: ExecutorTaskFilter = ANY_TASK,
 ) -> ClaimedBatch | None:
     """Claim up to ``limit`` due jobs in ONE autocommit statement (PostgreSQL, decision 67).
 

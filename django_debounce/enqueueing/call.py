@@ -253,7 +253,7 @@ def _link_dependencies(
         [JobDependency(job_id=job.pk, dependency_id=pk) for pk in plan.depends_on]
     )
     if dependency_failed:
-        lifecycle.cancel([job.pk], now=now, using=db)
+        lifecycle.cancel_ready([job.pk], now=now, using=db)
         job.status, job.finished_at = Job.Status.CANCELLED, now
         job.window_key = job.unique_lock = None
         logger.info(

@@ -26,7 +26,7 @@ from datetime import datetime
 from django.db import DEFAULT_DB_ALIAS
 from django.utils import timezone
 
-from ..breaker import HALF_OPEN, OPEN
+from ..breaker import HALF_OPEN
 from ..models import Job, TaskState
 from .redis_buckets import RedisUnavailable, store
 from .rules import (
@@ -131,8 +131,8 @@ def flow_view(
     breaker_state = state.breaker_state if state is not None else TaskState.BreakerState.CLOSED
     opened_at = state.opened_at if state is not None else None
     reset_due_at = None
-    if gate is not None and gate.breaker is not None and breaker_state == OPEN and opened_at:
-        reset_due_at = opened_at + gate.breaker.reset
+    if gate is not None and gate.breaker is not None and state is not None:
+        reset_due_at = gate.breaker.probe_due_at(state)
     tokens = capacity = token_at = None
     if gate is not None and gate.bucket is not None:
         bucket = gate.bucket

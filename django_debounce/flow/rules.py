@@ -291,8 +291,9 @@ def verdict(
 
     The rules, in this order (the first that holds decides):
 
-    * **circuit breaker**: open before ``opened_at + reset`` (or with no
-      opening time stored) holds; open after it admits the job as the probe;
+    * **circuit breaker**: open before ``opened_at + reset``
+      (:meth:`~django_debounce.breaker.CircuitBreaker.probe_due_at`), or with no
+      opening time stored, holds; open after it admits the job as the probe;
       half-open holds while the probe is RUNNING under a live lease
       (``probe_live``), else the job becomes the new probe.
     * **concurrency**: ``in_use`` at or above the cap holds.
@@ -319,22 +320,22 @@ def verdict(
     probe = False
     if gate.breaker is not None and state is not None:
         breaker_state = state.breaker_state
-        if breaker_state == OPEN and state.opened_at is None:
-            found.append(
-                _Reason("breaker", lambda: "circuit breaker open (no opening time stored)")
-            )
-        elif breaker_state == OPEN and state.opened_at is not None:
-            reset_due = state.opened_at + gate.breaker.reset
-            if now < reset_due:
+        if breaker_state == OPEN:
+            probe_at = gate.breaker.probe_due_at(state)
+            if probe_at is None:
+                found.append(
+                    _Reason("breaker", lambda: "circuit breaker open (no opening time stored)")
+                )
+            elif now < probe_at:
                 failures = state.failures
                 found.append(
                     _Reason(
                         "breaker",
                         lambda: (
-                            f"circuit breaker open until {when_text(reset_due)} "
+                            f"circuit breaker open until {when_text(probe_at)} "
                             f"({failures} consecutive failures); then one job runs as the probe"
                         ),
-                        until=reset_due,
+                        until=probe_at,
                     )
                 )
             else:

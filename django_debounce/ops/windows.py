@@ -198,7 +198,7 @@ def cancel(
     with transaction.atomic(using=using):
         done = _lock_ready(ids, using, only_open_windows)
         if done:
-            dependents = lifecycle.cancel(done, now=now, using=using)
+            dependents = lifecycle.cancel_ready(done, now=now, using=using)
         result = _result(ids, done, using, dependents)
     if done:
         logger.info(

@@ -38,9 +38,10 @@ from django.db import (
 
 from ..claim.claiming import claim_batch
 from ..conf import settings
+from ..db_errors import ReconnectBackoff
 from ..models import Job
 from ..ops.sweep import SweepSchedule
-from ..run import leases, outcomes
+from ..run import leases
 from ..run.execution import run_job
 from ..run.lease_keeper import InlineLeaseKeeper
 from ..run.success_batches import SuccessBatch
@@ -295,7 +296,7 @@ class Worker(WorkerStop):
             thread.start()
         renew_every = self.lease.total_seconds() / 3
         next_renew = time.monotonic() + renew_every
-        failures = 0
+        outage = ReconnectBackoff("the worker loop", logger=logger, using=self.using)
         idle = True  # the last poll claimed nothing and no job was running
         # Wakes the loop when a job is enqueued (LISTEN/NOTIFY or Redis; decision 80).
         waker = wakeup.start_wakeup(
@@ -323,19 +324,10 @@ class Worker(WorkerStop):
                         # A short claim: successes not written yet may hold back jobs (the next
                         # of a key, a dependent); write them and claim again at once.
                         unblocked = len(claimed) < capacity and self._successes.flush_pending()
-                    failures = 0
+                    outage.succeeded()
                     self._loop_used_at = time.monotonic()
                 except (DatabaseError, InterfaceError) as exc:
-                    failures += 1
-                    delay = min(30.0, 0.5 * 2 ** min(failures, 6))
-                    logger.error(
-                        "database error in the worker loop (%s); reconnecting in %.1fs",
-                        exc,
-                        delay,
-                        extra={"action": "db_error"},
-                    )
-                    connections[self.using].close()
-                    self._wait(delay)
+                    self._wait(outage.failed(exc))
                     continue
                 if claimed and self._stopping.is_set():
                     # Stopped during the claim (a signal while the claim statement ran):
@@ -414,9 +406,3 @@ class Worker(WorkerStop):
             with self._lock:
                 last = self._job_seconds
                 self._job_seconds = took if last is None else 0.9 * last + 0.1 * took
-
-    def _succeed(self, job: Job, result: object) -> None:
-        """Record a successful run (:func:`~django_debounce.run.outcomes.record_success`)."""
-        outcomes.record_success(
-            job, result, worker_id=self.worker_id, using=self.using, retry_for=self.lease
-        )

@@ -39,7 +39,8 @@ def running(**fields: object) -> Job:
 
 
 @pytest.mark.parametrize(
-    ("end", "status"), [(lifecycle.expire, Status.EXPIRED), (lifecycle.cancel, Status.CANCELLED)]
+    ("end", "status"),
+    [(lifecycle.expire, Status.EXPIRED), (lifecycle.cancel_ready, Status.CANCELLED)],
 )
 def test_expire_and_cancel_end_ready_jobs_and_their_dependents(end, status):
     window = JobFactory(window_key="w" * 64, key_hash="w" * 64, unique_lock="u" * 64)
@@ -55,7 +56,7 @@ def test_expire_and_cancel_end_ready_jobs_and_their_dependents(end, status):
 def test_a_job_no_longer_ready_keeps_its_dependents():
     claimed = running()
     child, _ = chain(claimed)
-    assert lifecycle.cancel([claimed.pk], now=T) == []
+    assert lifecycle.cancel_ready([claimed.pk], now=T) == []
     assert state(child)[0] == Status.READY
 
 

@@ -39,6 +39,7 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, InterfaceError, connectio
 from django.utils import timezone
 
 from ...conf import settings
+from ...db_errors import ReconnectBackoff
 from ...exceptions import JobFailedError, JobRetryError
 from ...flow.start_rules import expired_at_start
 from ...models import Job
@@ -194,7 +195,7 @@ class Dispatcher:
             self.batch,
             extra={"action": "start_dispatcher"},
         )
-        failures = 0
+        outage = ReconnectBackoff("the dispatcher", logger=logger, using=self.using)
         # An idle dispatcher wakes when a job is enqueued, as the built-in worker does.
         waker = wakeup.start_wakeup(
             self._wake, queues=self.queues, using=self.using, listen=not self.burst
@@ -211,18 +212,9 @@ class Dispatcher:
                         app=app,
                         stopping=self._stopping,
                     )
-                    failures = 0
+                    outage.succeeded()
                 except (DatabaseError, InterfaceError) as exc:
-                    failures += 1
-                    delay = min(30.0, 0.5 * 2 ** min(failures, 6))
-                    logger.error(
-                        "database error in the dispatcher (%s); reconnecting in %.1fs",
-                        exc,
-                        delay,
-                        extra={"action": "db_error"},
-                    )
-                    connections[self.using].close()
-                    self._stopping.wait(delay)
+                    self._stopping.wait(outage.failed(exc))
                     continue
                 self.dispatched += count
                 if count < self.batch:

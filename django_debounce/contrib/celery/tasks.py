@@ -23,8 +23,13 @@ logger = logging.getLogger("django_debounce.celery")
 
 
 @shared_task(name=celery_executor.RUN_TASK, throws=(JobFailedError,))
-def run_job(*args: object, **kwargs: object) -> object:
-    """Run the handed-off job whose id is the one argument (:func:`~django_debounce.contrib.celery.executor.take_and_run`).
+def run_handoff_message(*args: object, **kwargs: object) -> object:
+    """The Celery task ``django_debounce.run_job``: run the handed-off job the message names.
+
+    The message's one argument is the job id; the job is taken and run by
+    :func:`~django_debounce.contrib.celery.executor.take_and_run`. (Named apart from
+    :func:`django_debounce.run.execution.run_job`, which every executor's run goes
+    through; the Celery task's name stays ``django_debounce.run_job``.)
 
     The message's task id is the job id, so every hand-off of one job shares
     one Celery result. What Celery records (decisions 138 and 152,
@@ -106,4 +111,4 @@ def dispatch(limit: int = 1000, queues: list[str] | None = None) -> int:
     return celery_executor.dispatch_due(limit=int(limit), queues=queues)
 
 
-__all__ = ["dispatch", "run_job"]
+__all__ = ["dispatch", "run_handoff_message"]

@@ -21,7 +21,7 @@ from django_debounce.claim.claiming import _take_due, claim_jobs
 from django_debounce.claim.queries import ClaimShape
 from django_debounce.flow.rules import claimable_jobs
 from django_debounce.models import Job, JobDependency
-from django_debounce.worker.loop import Worker
+from django_debounce.run.outcomes import record_success
 from tests.conftest import T
 from tests.factories import JobFactory
 
@@ -183,8 +183,7 @@ def test_the_claim_update_is_compiled_per_batch_size(clock):
 def test_the_success_write_stores_the_result(clock, returns, stored):
     job = JobFactory(run_at=T - M)
     [claimed] = claim_jobs(worker_id="w", limit=1, lease=LEASE)
-    worker = Worker(worker_id="w", handle_signals=False)
-    worker._succeed(claimed, returns)
+    record_success(claimed, returns, worker_id="w", using="default")
     job.refresh_from_db()
     assert (job.status, job.result, job.finished_at) == (Job.Status.SUCCESSFUL, stored, T)
     assert job.lease_expires_at is None and job.unique_lock is None
@@ -194,7 +193,7 @@ def test_the_success_write_is_fenced_on_worker_and_attempt(clock):
     job = JobFactory(run_at=T - M)
     [claimed] = claim_jobs(worker_id="w", limit=1, lease=LEASE)
     Job.objects.filter(pk=job.pk).update(worker_id="other", attempts=2)  # reclaimed meanwhile
-    Worker(worker_id="w", handle_signals=False)._succeed(claimed, "late")
+    record_success(claimed, "late", worker_id="w", using="default")
     job.refresh_from_db()
     assert (job.status, job.result, job.worker_id) == (Job.Status.RUNNING, None, "other")
 

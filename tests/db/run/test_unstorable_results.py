@@ -19,7 +19,7 @@ import pytest
 from django_debounce import enqueue
 from django_debounce.claim.claiming import claim_jobs
 from django_debounce.contrib.celery import handoff
-from django_debounce.contrib.celery.tasks import run_job as celery_run_job
+from django_debounce.contrib.celery.tasks import run_handoff_message
 from django_debounce.models import DeadLetter, Job
 from django_debounce.run import outcomes
 from django_debounce.run.storable import storable_result
@@ -102,7 +102,7 @@ def test_a_batch_writes_odd_results_beside_plain_ones_in_one_flush(clock):
 def test_the_celery_task_returns_the_stored_repr_of_a_tuple_key_result(clock):
     job = tuple_key_result.delay()
     handoff.claim_for_handoff(scheduler_id="s", limit=10, lease=LEASE)
-    assert celery_run_job(job.pk) == "{(1, 2): 'pair'}"
+    assert run_handoff_message(job.pk) == "{(1, 2): 'pair'}"
     job.refresh_from_db()
     assert (job.status, job.attempts, job.result) == (Status.SUCCESSFUL, 1, "{(1, 2): 'pair'}")
     assert CallLog.objects.filter(task="cel.tuple_key_result").count() == 1

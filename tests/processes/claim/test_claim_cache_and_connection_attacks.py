@@ -47,6 +47,7 @@ from django_debounce.claim.queries import ClaimShape, anything_claimable, lock_d
 from django_debounce.flow.rules import claimable_jobs
 from django_debounce.models import Job, JobDependency
 from django_debounce.run.interrupts import WorkerExit
+from django_debounce.run.outcomes import record_success
 from django_debounce.run.storable import storable_result
 from django_debounce.worker.loop import Worker
 from tests.conftest import T, child_env, is_postgres
@@ -274,12 +275,11 @@ def _raw_result(pk: int) -> Any:
 def test_the_compiled_success_write_stores_what_the_orm_stores(clock):
     """For results of every shape, the compiled fenced write and ``update(result=…)`` of the
     same stored form leave identical column text (jsonb text on PostgreSQL)."""
-    worker = Worker(worker_id="w", handle_signals=False)
     for index, value in enumerate(RESULTS):
         mine = JobFactory(run_at=T - M, queue="mine")
         twin = JobFactory(run_at=T - M, queue="twin")
         [claimed] = claim_jobs(worker_id="w", limit=1, lease=LEASE, queues=["mine"])
-        worker._succeed(claimed, value)
+        record_success(claimed, value, worker_id="w", using="default")
         Job.objects.filter(pk=twin.pk).update(result=storable_result(value))
         mine.refresh_from_db()
         twin.refresh_from_db()

@@ -45,6 +45,18 @@ def test_open_breaker_holds_until_reset_then_admits_the_probe():
     assert (probe.kind, probe.probe) == ("admit", True)
 
 
+def test_the_probe_is_due_reset_after_the_breaker_opened_and_only_while_open():
+    breaker = CircuitBreaker(failures=1, reset="30s")
+
+    def due(**fields: object) -> dt.datetime | None:
+        return breaker.probe_due_at(TaskState(task_name="t", **fields))
+
+    assert due(breaker_state="open", opened_at=T) == T + 30 * S
+    assert due(breaker_state="open", opened_at=None) is None
+    assert due(breaker_state="closed", opened_at=T) is None
+    assert due(breaker_state="half_open", opened_at=T, probe_job_id=7) is None
+
+
 def test_half_open_holds_while_the_probe_lives_but_never_the_probe_itself():
     state = TaskState(task_name="t", breaker_state="half_open", probe_job_id=7)
     g = gate(breaker=CircuitBreaker())

@@ -14,7 +14,7 @@ import pytest
 from celery.exceptions import Ignore, Retry
 
 from django_debounce.contrib.celery import handoff
-from django_debounce.contrib.celery.tasks import run_job
+from django_debounce.contrib.celery.tasks import run_handoff_message
 from django_debounce.exceptions import DebounceError, JobFailedError, JobRetryError
 from django_debounce.models import DeadLetter, Job
 from tests.testapp.tasks_celery import fails, record
@@ -34,7 +34,7 @@ def test_a_retry_ends_the_task_normally_and_the_last_attempt_raises_after_the_de
         _handoff()
         # RETRY, never SUCCESS: a result backend keeps a SUCCESS for good (decision 152).
         with pytest.raises(Retry) as retry:
-            run_job(job.pk)
+            run_handoff_message(job.pk)
         row = Job.objects.get(pk=job.pk)
         assert (row.status, row.attempts) == (Status.READY, attempt), "a retry is scheduled"
         assert isinstance(retry.value.exc, JobRetryError) and retry.value.when == row.run_at
@@ -49,7 +49,7 @@ def test_a_retry_ends_the_task_normally_and_the_last_attempt_raises_after_the_de
         clock(at=row.run_at)
     _handoff()
     with pytest.raises(JobFailedError) as raised:
-        run_job(str(job.pk))
+        run_handoff_message(str(job.pk))
     assert isinstance(raised.value, DebounceError)
     assert str(raised.value) == (
         f"job {job.pk} (cel.fails) failed for good on attempt 3: RuntimeError: no luck for x; "
@@ -59,7 +59,7 @@ def test_a_retry_ends_the_task_normally_and_the_last_attempt_raises_after_the_de
     assert Job.objects.get(pk=job.pk).status == Status.FAILED
     assert DeadLetter.objects.get(job=job.pk).error == "RuntimeError: no luck for x"
     with pytest.raises(Ignore):  # a redelivered message is a no-op: it writes no Celery state
-        run_job(job.pk)
+        run_handoff_message(job.pk)
 
 
 def test_an_unknown_task_is_retried_during_its_grace_then_fails_the_celery_task(clock):
@@ -70,18 +70,18 @@ def test_an_unknown_task_is_retried_during_its_grace_then_fails_the_celery_task(
     # Renamed after the hand-off: the Celery worker does not know the name (decision 154).
     Job.objects.filter(pk__in=[old.pk, young.pk]).update(task_name="cel.renamed_away")
     with pytest.raises(Retry) as retry:  # an old Celery worker during a deploy
-        run_job(young.pk)
+        run_handoff_message(young.pk)
     assert "UnknownTaskError: no task named 'cel.renamed_away'" in str(retry.value)
     assert Job.objects.get(pk=young.pk).attempts == 0, "put back, no attempt spent"
     with pytest.raises(JobFailedError, match=rf"job {old.pk} \(cel.renamed_away\) failed for good"):
-        run_job(old.pk)
+        run_handoff_message(old.pk)
     assert DeadLetter.objects.get(job=old.pk).reason == "unknown_task: cel.renamed_away"
 
 
 def test_a_success_returns_the_stored_result(clock):
     job = record.delay("s")
     _handoff()
-    assert run_job(job.pk)["tag"] == "s"
+    assert run_handoff_message(job.pk)["tag"] == "s"
     assert Job.objects.get(pk=job.pk).status == Status.SUCCESSFUL
 
 
@@ -111,7 +111,7 @@ def test_a_hand_crafted_message_with_bad_arguments_is_one_error_line(clock, capl
     job = record.delay("b")
     _handoff()
     with caplog.at_level(logging.INFO, logger="django_debounce"), pytest.raises(Ignore):
-        run_job(*args, **kwargs)
+        run_handoff_message(*args, **kwargs)
     (line,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert line.levelno == logging.ERROR and line.exc_info is None
     assert line.getMessage().startswith("ignored a django_debounce.run_job message with args=")
@@ -125,4 +125,4 @@ def test_a_hand_crafted_message_with_bad_arguments_is_one_error_line(clock, capl
 def test_the_job_id_by_keyword_is_accepted(clock):
     job = record.delay("k")
     _handoff()
-    assert run_job(job_id=job.pk)["tag"] == "k"
+    assert run_handoff_message(job_id=job.pk)["tag"] == "k"

@@ -34,7 +34,7 @@ from django_debounce.contrib.django_tasks.results import (
     task_started,
 )
 from django_debounce.exceptions import ConfigurationError, KeyResolutionError, PayloadError
-from django_debounce.lifecycle import cancel, expire
+from django_debounce.lifecycle import cancel_ready, expire
 from django_debounce.models import DeadLetter, Job
 from django_debounce.options import TASK_OPTIONS
 from tests.conftest import T
@@ -353,7 +353,9 @@ def test_an_async_task_runs(clock, burst):
     assert async_add.get_result(result.id).return_value == 42
 
 
-@pytest.mark.parametrize(("end", "error"), [(expire, JobExpiredError), (cancel, JobCancelledError)])
+@pytest.mark.parametrize(
+    ("end", "error"), [(expire, JobExpiredError), (cancel_ready, JobCancelledError)]
+)
 def test_jobs_that_never_ran_are_failed_results_naming_why(clock, end, error):
     result = expiring.enqueue("e")
     end([int(result.id)], now=T)
