@@ -13,6 +13,7 @@ sleeps and hopes: a phase is reached when the database or the process says so.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -150,6 +151,24 @@ def alive_or_fail(proc: Proc, check: Callable[[], object]) -> Callable[[], objec
         return value
 
     return run
+
+
+def exit_status(signum: int) -> int:
+    """The status a worker or dispatcher exits with: 0 after SIGTERM, -9 after SIGKILL."""
+    return 0 if signum == signal.SIGTERM else -signal.SIGKILL
+
+
+def row(job: Job) -> tuple[str, int]:
+    """``(status, attempts)`` of ``job`` as the database has it now."""
+    found = Job.objects.get(pk=job.pk)
+    return (found.status, found.attempts)
+
+
+def claim_fields(job: Job) -> dict[str, object]:
+    """What a claim changes of ``job``'s row, as the database has it now (to compare "as before")."""
+    found = Job.objects.get(pk=job.pk)
+    names = ("status", "attempts", "worker_id", "lease_expires_at", "started_at", "run_at")
+    return {name: getattr(found, name) for name in names}
 
 
 def runs(job: Job, *, finished: bool | None = None) -> int:

@@ -54,7 +54,9 @@ during lease renewal   TERM     a gate job runs, an outside row lock on it: the 
 =====================  =======  ==================================================  =============================================
 
 PostgreSQL only: inside the claim (``LOCK TABLE``). PostgreSQL and MariaDB: the flush and
-the renewal (row locks held from outside). Everywhere: the rest.
+the renewal (row locks held from outside). Everywhere: the rest, whose SIGKILL half is
+marked ``slow`` (run once in CI, on PostgreSQL). The Guarantees page
+(docs/explanation/guarantees.md) names these tests.
 """
 
 from __future__ import annotations
@@ -75,9 +77,12 @@ from tests.processes.signal_phases import (
     RENEWAL,
     RowLock,
     alive_or_fail,
+    claim_fields,
     claim_waits_on_lock,
+    exit_status,
     lease_lapsed,
     other_sessions,
+    row,
     runs,
     statement_waits,
     table_locked,
@@ -93,11 +98,14 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
 SIGNALS = pytest.mark.parametrize(
     "signum", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"]
 )
+#: The same, the SIGKILL half run once in CI (slow): its phase does not depend on the database,
+#: and its rerun after the lease is the longest part.
+SIGNALS_KILL_ONCE = pytest.mark.parametrize(
+    "signum",
+    [signal.SIGTERM, pytest.param(signal.SIGKILL, marks=pytest.mark.slow)],
+    ids=["SIGTERM", "SIGKILL"],
+)
 Status = Job.Status
-
-
-def _exit_status(signum: int) -> int:
-    return 0 if signum == signal.SIGTERM else -signal.SIGKILL
 
 
 def _stop(worker: Proc, signum: int) -> None:
@@ -129,16 +137,6 @@ def _signal_inside_the_statement(worker: Proc, signum: int, lock: RowLock) -> No
         wait_for(lambda: "claiming no more" in worker.stderr(), timeout=30, what=worker.tail)
 
 
-def _row(job: Job) -> tuple:
-    job = Job.objects.get(pk=job.pk)
-    return (job.status, job.attempts)
-
-
-def _fields(job: Job) -> dict:
-    fields = ("status", "attempts", "worker_id", "lease_expires_at", "started_at", "run_at")
-    return {name: getattr(job, name) for name in fields}
-
-
 def _rerun_after_the_lease(*jobs: Job) -> None:
     """A killed worker's leases lapse; a worker in this process reclaims and runs them."""
     wait_for(lease_lapsed(*jobs), timeout=30, what="the killed worker's leases to lapse")
@@ -155,25 +153,25 @@ def _rerun_past_the_lease(*jobs: Job) -> None:
 # -- idle -------------------------------------------------------------------------------
 
 
-@SIGNALS
+@SIGNALS_KILL_ONCE
 def test_idle(tmp_path, signum):
     done = work.delay("done")
     later = work.delay("later")
     Job.objects.filter(pk=later.pk).update(run_at=timezone.now() + timedelta(hours=1))
-    later.refresh_from_db()
+    untouched = claim_fields(later)
     with processes(tmp_path, child_env()) as procs:
         worker = procs.worker("--poll-interval", "0.05")
         wait_for(
-            alive_or_fail(worker, lambda: _row(done) == (Status.SUCCESSFUL, 1)),
+            alive_or_fail(worker, lambda: row(done) == (Status.SUCCESSFUL, 1)),
             timeout=60,
             what="the due job to run and be written",
         )
         worker.send(signum)
-        assert worker.wait(30) == _exit_status(signum), worker.tail()
+        assert worker.wait(30) == exit_status(signum), worker.tail()
     if signum == signal.SIGTERM:
         assert "stopped after 1 job(s)" in worker.stderr(), worker.tail()
-    assert _row(done) == (Status.SUCCESSFUL, 1) and runs(done) == 1
-    assert _fields(Job.objects.get(pk=later.pk)) == _fields(later)
+    assert row(done) == (Status.SUCCESSFUL, 1) and runs(done) == 1
+    assert claim_fields(later) == untouched
     assert not Job.objects.filter(status=Status.RUNNING).exists()
 
 
@@ -207,14 +205,14 @@ def test_sigkill_inside_the_claim(tmp_path):
     assert not CallLog.objects.exists()
     _rerun_after_the_lease(retried, fresh)
     for job in (retried, fresh):
-        assert _row(job) == (Status.SUCCESSFUL, before[job.pk] + 2)  # the claim's attempt spent
+        assert row(job) == (Status.SUCCESSFUL, before[job.pk] + 2)  # the claim's attempt spent
         assert runs(job) == 1  # its first run: the killed claim never started it
 
 
 # -- between the claim and the start --------------------------------------------------------
 
 
-@SIGNALS
+@SIGNALS_KILL_ONCE
 def test_between_claim_and_start(tmp_path, signum):
     opened = tmp_path / "gate"
     env = {
@@ -227,11 +225,11 @@ def test_between_claim_and_start(tmp_path, signum):
     quick = noop.delay()
     with processes(tmp_path, child_env(**env)) as procs:
         worker = procs.worker("--poll-interval", "0.05")
-        wait_for(alive_or_fail(worker, lambda: _row(quick)[0] == Status.SUCCESSFUL), timeout=60)
+        wait_for(alive_or_fail(worker, lambda: row(quick)[0] == Status.SUCCESSFUL), timeout=60)
         with transaction.atomic():
             held = gate.delay("held", str(opened))
             ahead = [work.delay(f"ahead{i}") for i in range(3)]
-        before = {job.pk: _fields(Job.objects.get(pk=job.pk)) for job in ahead}
+        before = {job.pk: claim_fields(job) for job in ahead}
         ids = [job.pk for job in ahead]
         # The gate job's claim was full, so while it runs the worker claims three ahead.
         wait_for(
@@ -255,21 +253,21 @@ def test_between_claim_and_start(tmp_path, signum):
             )
             assert runs(held, finished=False) == 1
         touch(opened)
-        assert worker.wait(60) == _exit_status(signum), worker.tail()
+        assert worker.wait(60) == exit_status(signum), worker.tail()
 
     if signum == signal.SIGTERM:
         assert "put back 3 claimed job(s)" in worker.stderr(), worker.tail()
-        assert {job.pk: _fields(Job.objects.get(pk=job.pk)) for job in ahead} == before
-        assert _row(held) == (Status.SUCCESSFUL, 1) and runs(held) == 1
+        assert {job.pk: claim_fields(job) for job in ahead} == before
+        assert row(held) == (Status.SUCCESSFUL, 1) and runs(held) == 1
         assert not CallLog.objects.filter(job_id__in=ids).exists()
     else:
         # Nothing in the database tells a claimed job from a started one: an attempt each.
-        assert [_row(job) for job in (held, *ahead)] == [(Status.RUNNING, 1)] * 4
+        assert [row(job) for job in (held, *ahead)] == [(Status.RUNNING, 1)] * 4
         _rerun_after_the_lease(held, *ahead)
-        assert [_row(job) for job in (held, *ahead)] == [(Status.SUCCESSFUL, 2)] * 4
+        assert [row(job) for job in (held, *ahead)] == [(Status.SUCCESSFUL, 2)] * 4
         assert [runs(job) for job in (held, *ahead)] == [2, 1, 1, 1]
         assert runs(held, finished=False) == 1  # the killed run never ended
-    assert _row(quick) == (Status.SUCCESSFUL, 1)
+    assert row(quick) == (Status.SUCCESSFUL, 1)
 
 
 # -- mid-job (SIGKILL: test_worker_shutdown.py::test_sigkill_mid_job_loses_nothing) --------
@@ -283,12 +281,12 @@ def test_sigterm_mid_job(tmp_path):
         worker = procs.worker("--poll-interval", "0.05")
         wait_for(alive_or_fail(worker, lambda: runs(held) == 1), timeout=60, what="the run")
         _stop(worker, signal.SIGTERM)
-        assert worker.alive() and _row(held) == (Status.RUNNING, 1)
+        assert worker.alive() and row(held) == (Status.RUNNING, 1)
         touch(opened)
         assert worker.wait(60) == 0, worker.tail()
-    assert _row(held) == (Status.SUCCESSFUL, 1) and runs(held, finished=True) == 1
+    assert row(held) == (Status.SUCCESSFUL, 1) and runs(held, finished=True) == 1
     assert Job.objects.get(pk=held.pk).result == {"pid": worker.pid, "tag": "held"}
-    assert _row(behind) == (Status.READY, 0) and runs(behind) == 0
+    assert row(behind) == (Status.READY, 0) and runs(behind) == 0
 
 
 # -- between the run and the batched success write, and during the flush -----------------
@@ -305,7 +303,7 @@ def _pending_successes(tmp_path, procs, *, lease: str):
     written = work.delay("written")
     worker = procs.worker("--poll-interval", "0.05", env=env)
     # Alone in the queue: the claim after it comes back short and writes it.
-    wait_for(alive_or_fail(worker, lambda: _row(written)[0] == Status.SUCCESSFUL), timeout=60)
+    wait_for(alive_or_fail(worker, lambda: row(written)[0] == Status.SUCCESSFUL), timeout=60)
     with transaction.atomic():  # all due at once: no claim comes back short until the gate
         pending = [work.delay(f"pending{i}") for i in range(2)]
         held = gate.delay("held", str(opened))
@@ -317,11 +315,11 @@ def _pending_successes(tmp_path, procs, *, lease: str):
         timeout=60,
         what=lambda: f"two runs to return and the gate job to start\n{worker.tail()}",
     )
-    assert [_row(job) for job in pending] == [(Status.RUNNING, 1)] * 2  # not written yet
+    assert [row(job) for job in pending] == [(Status.RUNNING, 1)] * 2  # not written yet
     return worker, written, pending, held, opened
 
 
-@SIGNALS
+@SIGNALS_KILL_ONCE
 def test_between_run_and_the_batched_success_write(tmp_path, signum):
     with processes(tmp_path, child_env()) as procs:
         worker, written, pending, held, opened = _pending_successes(tmp_path, procs, lease="2s")
@@ -330,21 +328,21 @@ def test_between_run_and_the_batched_success_write(tmp_path, signum):
         if signum == signal.SIGTERM:
             # Written at the signal, while the gate job still runs (not when the worker exits).
             wait_for(
-                lambda: all(_row(job)[0] == Status.SUCCESSFUL for job in pending),
+                lambda: all(row(job)[0] == Status.SUCCESSFUL for job in pending),
                 timeout=30,
                 what=lambda: f"the pending successes to be written\n{worker.tail()}",
             )
             assert runs(held, finished=False) == 1
         touch(opened)
-        assert worker.wait(60) == _exit_status(signum), worker.tail()
+        assert worker.wait(60) == exit_status(signum), worker.tail()
 
     if signum == signal.SIGTERM:
-        assert [_row(job) for job in (*pending, held)] == [(Status.SUCCESSFUL, 1)] * 3
+        assert [row(job) for job in (*pending, held)] == [(Status.SUCCESSFUL, 1)] * 3
         assert [runs(job) for job in (*pending, held)] == [1, 1, 1]
     else:
-        assert [_row(job) for job in (*pending, held)] == [(Status.RUNNING, 1)] * 3
+        assert [row(job) for job in (*pending, held)] == [(Status.RUNNING, 1)] * 3
         _rerun_after_the_lease(*pending, held)
-        assert [_row(job) for job in (*pending, held)] == [(Status.SUCCESSFUL, 2)] * 3
+        assert [row(job) for job in (*pending, held)] == [(Status.SUCCESSFUL, 2)] * 3
         assert [runs(job) for job in (*pending, held)] == [2, 2, 2]
         for job in pending:
             assert Job.objects.get(pk=job.pk).result == {"pid": os.getpid(), "tag": job.args[0]}
@@ -365,17 +363,17 @@ def test_during_the_flush(tmp_path, signum):
                 interval=0.25,
                 what=lambda: f"the batched success write to wait\n{worker.tail()}",
             )
-            assert [_row(job)[0] for job in (*pending, held)] == [Status.RUNNING] * 3
+            assert [row(job)[0] for job in (*pending, held)] == [Status.RUNNING] * 3
             _signal_inside_the_statement(worker, signum, lock)
-        assert worker.wait(60) == _exit_status(signum), worker.tail()
+        assert worker.wait(60) == exit_status(signum), worker.tail()
         wait_for(lambda: other_sessions() == 0, timeout=30, what="the worker's sessions to end")
 
     # Also after a SIGKILL: the server ran the waiting UPDATE to its commit once the lock went
     # (PostgreSQL and MariaDB notice a gone client only when they answer it).
-    assert [_row(job) for job in (*pending, held)] == [(Status.SUCCESSFUL, 1)] * 3
+    assert [row(job) for job in (*pending, held)] == [(Status.SUCCESSFUL, 1)] * 3
     if signum == signal.SIGKILL:
         _rerun_past_the_lease(*pending, held)  # a reclaim past the lease finds nothing to rerun
-        assert [_row(job) for job in (*pending, held)] == [(Status.SUCCESSFUL, 1)] * 3
+        assert [row(job) for job in (*pending, held)] == [(Status.SUCCESSFUL, 1)] * 3
     assert [runs(job) for job in (*pending, held)] == [1, 1, 1]
 
 
@@ -400,13 +398,13 @@ def test_during_lease_renewal(tmp_path, signum):
             )
             _signal_inside_the_statement(worker, signum, lock)
         touch(opened)
-        assert worker.wait(60) == _exit_status(signum), worker.tail()
+        assert worker.wait(60) == exit_status(signum), worker.tail()
         wait_for(lambda: other_sessions() == 0, timeout=30, what="the worker's sessions to end")
 
     if signum == signal.SIGTERM:
-        assert _row(held) == (Status.SUCCESSFUL, 1) and runs(held) == 1
+        assert row(held) == (Status.SUCCESSFUL, 1) and runs(held) == 1
     else:
-        assert _row(held) == (Status.RUNNING, 1)
+        assert row(held) == (Status.RUNNING, 1)
         _rerun_after_the_lease(held)
-        assert _row(held) == (Status.SUCCESSFUL, 2)
+        assert row(held) == (Status.SUCCESSFUL, 2)
         assert (runs(held), runs(held, finished=False)) == (2, 1)

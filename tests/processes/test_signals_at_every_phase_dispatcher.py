@@ -47,8 +47,11 @@ from django_debounce.models import Job
 from tests.processes.celery_rig import CeleryRig
 from tests.processes.signal_phases import (
     alive_or_fail,
+    claim_fields,
     claim_waits_on_lock,
+    exit_status,
     lease_lapsed,
+    row,
     runs,
     table_locked,
     touch,
@@ -88,24 +91,9 @@ def rig(procs: Processes, settings) -> Iterator[CeleryRig]:
     built.close()
 
 
-def _exit_status(signum: int) -> int:
-    return 0 if signum == signal.SIGTERM else -signal.SIGKILL
-
-
-def _row(job: Job) -> tuple:
-    job = Job.objects.get(pk=job.pk)
-    return (job.status, job.attempts)
-
-
 def _handed_off(job: Job) -> bool:
     job = Job.objects.get(pk=job.pk)
     return job.status == Status.RUNNING and job.worker_id.startswith(leases.HANDOFF_PREFIX)
-
-
-def _as_before(job: Job) -> dict:
-    job = Job.objects.get(pk=job.pk)
-    fields = ("status", "attempts", "worker_id", "lease_expires_at", "started_at", "run_at")
-    return {name: getattr(job, name) for name in fields}
 
 
 def _dispatch_and_run(rig: CeleryRig, jobs: list[Job]) -> None:
@@ -138,15 +126,15 @@ def test_idle(rig, signum):
         what=lambda: f"the job to be handed off\n{dispatcher.tail()}",
     )
     dispatcher.send(signum)
-    assert dispatcher.wait(30) == _exit_status(signum), dispatcher.tail()
+    assert dispatcher.wait(30) == exit_status(signum), dispatcher.tail()
     if signum == signal.SIGTERM:
         assert "stopped after 1 hand-off(s)" in dispatcher.stderr(), dispatcher.tail()
     late = record.delay("late")
     worker = rig.worker()
-    wait_for(lambda: _row(job)[0] == Status.SUCCESSFUL, timeout=60, what=rig.procs.tails)
-    assert _row(job) == (Status.SUCCESSFUL, 1) and runs(job) == 1
+    wait_for(lambda: row(job)[0] == Status.SUCCESSFUL, timeout=60, what=rig.procs.tails)
+    assert row(job) == (Status.SUCCESSFUL, 1) and runs(job) == 1
     assert Job.objects.get(pk=job.pk).result == {"tag": "handed", "pid": worker.pid}
-    assert _row(late) == (Status.READY, 0) and runs(late) == 0
+    assert row(late) == (Status.READY, 0) and runs(late) == 0
 
 
 @SIGNALS
@@ -154,7 +142,7 @@ def test_inside_the_claim(rig, signum):
     retried = record.delay("retried")
     Job.objects.filter(pk=retried.pk).update(attempts=1, error="builtins.ValueError: first run")
     jobs = [retried, record.delay("fresh")]
-    before = {job.pk: _as_before(job) for job in jobs}
+    before = {job.pk: claim_fields(job) for job in jobs}
     name = app_name("dispatch-claim")
     rig.env["DEBOUNCE_TEST_APP_NAME"] = name
     with table_locked() as holder:
@@ -174,18 +162,18 @@ def test_inside_the_claim(rig, signum):
         else:
             assert dispatcher.wait(10) == -signal.SIGKILL
         holder.rollback()  # the claim statement now returns its jobs
-        assert dispatcher.wait(30) == _exit_status(signum), dispatcher.tail()
+        assert dispatcher.wait(30) == exit_status(signum), dispatcher.tail()
         wait_for(lambda: not pg_backends(name), timeout=30, what="the dispatcher's sessions")
     assert rig.waiting() == 0  # nothing published
     if signum == signal.SIGTERM:
         assert "put back 2 claimed job(s)" in dispatcher.stderr(), dispatcher.tail()
-        assert {job.pk: _as_before(job) for job in jobs} == before
+        assert {job.pk: claim_fields(job) for job in jobs} == before
     else:
         assert all(_handed_off(job) for job in jobs)
         _lapse_and_reclaim(jobs)
-        assert [_row(job) for job in jobs] == [(Status.READY, 1), (Status.READY, 0)]
+        assert [row(job) for job in jobs] == [(Status.READY, 1), (Status.READY, 0)]
     _dispatch_and_run(rig, jobs)
-    assert [_row(job) for job in jobs] == [(Status.SUCCESSFUL, 2), (Status.SUCCESSFUL, 1)]
+    assert [row(job) for job in jobs] == [(Status.SUCCESSFUL, 2), (Status.SUCCESSFUL, 1)]
     assert [runs(job) for job in jobs] == [1, 1]
 
 
@@ -211,20 +199,20 @@ def test_between_claim_and_publish(rig, signum):
     )
     assert all(_handed_off(job) for job in jobs)  # one claim took all twenty
     dispatcher.send(signum)
-    assert dispatcher.wait(30) == _exit_status(signum), dispatcher.tail()
+    assert dispatcher.wait(30) == exit_status(signum), dispatcher.tail()
     failed = {int(pk) for pk in re.findall(r"could not publish job (\d+)", dispatcher.stderr())}
     assert 1 <= len(failed) < len(jobs), dispatcher.tail()
     if signum == signal.SIGTERM:
         put_back = [job for job in jobs if job.pk not in failed]
         assert f"put back {len(put_back)} claimed job(s)" in dispatcher.stderr()
-        assert [_row(job) for job in put_back] == [(Status.READY, 0)] * len(put_back)
+        assert [row(job) for job in put_back] == [(Status.READY, 0)] * len(put_back)
         assert all(_handed_off(job) for job in jobs if job.pk in failed)
     else:
         assert all(_handed_off(job) for job in jobs)
     _lapse_and_reclaim(jobs)
-    assert [_row(job) for job in jobs] == [(Status.READY, 0)] * len(jobs)
+    assert [row(job) for job in jobs] == [(Status.READY, 0)] * len(jobs)
     _dispatch_and_run(rig, jobs)
-    assert [_row(job) for job in jobs] == [(Status.SUCCESSFUL, 1)] * len(jobs)
+    assert [row(job) for job in jobs] == [(Status.SUCCESSFUL, 1)] * len(jobs)
     assert [runs(job) for job in jobs] == [1] * len(jobs)
 
 
@@ -240,12 +228,12 @@ def test_mid_job_on_celery(rig, signum, tmp_path):
         what=rig.procs.tails,
     )
     dispatcher.send(signum)
-    assert dispatcher.wait(30) == _exit_status(signum), dispatcher.tail()
+    assert dispatcher.wait(30) == exit_status(signum), dispatcher.tail()
     late = record.delay("late")
-    assert _row(held) == (Status.RUNNING, 1) and runs(held, finished=False) == 1
+    assert row(held) == (Status.RUNNING, 1) and runs(held, finished=False) == 1
     touch(opened)
-    wait_for(lambda: _row(held)[0] == Status.SUCCESSFUL, timeout=60, what=rig.procs.tails)
-    assert _row(held) == (Status.SUCCESSFUL, 1) and runs(held, finished=True) == 1
+    wait_for(lambda: row(held)[0] == Status.SUCCESSFUL, timeout=60, what=rig.procs.tails)
+    assert row(held) == (Status.SUCCESSFUL, 1) and runs(held, finished=True) == 1
     assert Job.objects.get(pk=held.pk).result == {"tag": "held", "pid": worker.pid}
-    assert _row(late) == (Status.READY, 0) and runs(late) == 0
+    assert row(late) == (Status.READY, 0) and runs(late) == 0
     assert not CallLog.objects.exclude(job_id=held.pk).exists()
