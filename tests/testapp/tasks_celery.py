@@ -40,6 +40,18 @@ def record(context: JobContext, tag: str, seconds: float = 0.0) -> dict[str, Any
     return {"tag": tag, "pid": os.getpid()}
 
 
+@task(name="cel.gate", executor="celery", takes_context=True)
+def gate(context: JobContext, tag: str, path: str) -> dict[str, Any]:
+    """Record a run, block until the file ``path`` exists (a test's barrier), record its end."""
+    from .tasks_reliability import wait_for_file
+
+    log = _log("cel.gate", context, tag)
+    wait_for_file(path)
+    log.finished_at = timezone.now()
+    log.save(update_fields=["finished_at"])
+    return {"tag": tag, "pid": os.getpid()}
+
+
 @task(name="cel.slow_first", executor="celery", takes_context=True, max_retries=2)
 def slow_first(context: JobContext, tag: str) -> str:
     """Record the run; the first attempt hangs for a minute (its worker is killed meanwhile)."""

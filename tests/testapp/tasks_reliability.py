@@ -78,6 +78,30 @@ def work(tag: str, seconds: float = 0.0) -> dict[str, Any]:
     return {"pid": os.getpid(), "tag": tag}
 
 
+def wait_for_file(path: str, timeout: float = 120.0) -> None:
+    """Block until the file ``path`` exists (a test's barrier); raise after ``timeout`` seconds."""
+    deadline_at = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline_at:
+            raise TimeoutError(f"the barrier file {path} never appeared")
+        time.sleep(0.02)
+
+
+@task(name="rel.gate", max_retries=3)
+def gate(tag: str, path: str) -> dict[str, Any]:
+    """Record a run, block until the file ``path`` exists, record its end; return who ran it.
+
+    A test holds a run at "mid-job" for as long as it needs, then lets it end by creating
+    the file: no sleep decides when the run ends.
+    """
+    log = _start(
+        "rel.gate", key=tag, payload={"tag": tag, "attempt": getattr(_current, "attempt", 0)}
+    )
+    wait_for_file(path)
+    _finish(log)
+    return {"pid": os.getpid(), "tag": tag}
+
+
 @task(name="rel.one_query")
 def one_query(n: int) -> None:
     """Exactly one ORM query (an INSERT)."""

@@ -111,16 +111,20 @@ def dispatch_due(
     total = 0
     while total < limit and not (stopping is not None and stopping.is_set()):
         room = min(batch, limit - total)
-        jobs = handoff.claim_for_handoff(
+        claim = handoff.claim_handoff_batch(
             scheduler_id=scheduler_id,
             limit=room,
             lease=settings.celery_handoff_lease,
             queues=queue_list,
             using=using,
         )
+        jobs = claim.jobs
+        unpublished: list[Job] = []
         if jobs:
-            publish(jobs, app=app, stopping=stopping)
-        total += len(jobs)
+            publish(jobs, app=app, stopping=stopping, unpublished=unpublished)
+        if unpublished:  # a stop (say, during the claim statement) left them unpublished
+            _put_back(unpublished, claim.started_before, scheduler_id=scheduler_id, using=using)
+        total += len(jobs) - len(unpublished)
         if len(jobs) < room:
             break
     # Hand-offs no Celery worker took: say so within seconds, not after the lease (decision 153).
@@ -130,6 +134,27 @@ def dispatch_due(
         using=using,
     )
     return total
+
+
+def _put_back(
+    jobs: list[Job], started_before: dict[int, Any], *, scheduler_id: str, using: str
+) -> None:
+    """Put hand-offs a stop left unpublished back to READY as before their claim (decision 169).
+
+    No message of theirs exists, so nobody can take them: waiting for the hand-off lease
+    (minutes) would only delay them. A database error is logged; they then wait for it.
+    """
+    try:
+        leases.release_unstarted(
+            jobs, started_before, worker_id=handoff.handoff_worker_id(scheduler_id), using=using
+        )
+    except (DatabaseError, InterfaceError):
+        logger.exception(
+            "could not put back %d unpublished hand-off(s); each is handed off again once its "
+            "hand-off lease lapses",
+            len(jobs),
+            extra={"action": "release_error"},
+        )
 
 
 class Dispatcher:

@@ -31,6 +31,7 @@ from django.utils import timezone
 
 from ... import compiled
 from ...claim.claiming import claim_batch
+from ...claim.queries import ClaimedBatch
 from ...models import Job
 from ...run.leases import HANDOFF_PREFIX
 
@@ -80,6 +81,25 @@ def claim_for_handoff(
         OperationalError: the claim kept losing to lock contention, or the
             database is unreachable (nothing claimed).
     """
+    return claim_handoff_batch(
+        scheduler_id=scheduler_id, limit=limit, lease=lease, queues=queues, using=using, peek=peek
+    ).jobs
+
+
+def claim_handoff_batch(
+    *,
+    scheduler_id: str,
+    limit: int,
+    lease: timedelta,
+    queues: Sequence[str] | None = None,
+    using: str = DEFAULT_DB_ALIAS,
+    peek: bool = True,
+) -> ClaimedBatch:
+    """Claim as :func:`claim_for_handoff`; also return each job's ``started_at`` before the claim.
+
+    What the dispatcher needs to put back, as before their claim, the jobs a stop left
+    unpublished (:func:`~django_debounce.run.leases.release_unstarted`, decision 169).
+    """
     return claim_batch(
         worker_id=handoff_worker_id(scheduler_id),
         limit=limit,
@@ -89,7 +109,7 @@ def claim_for_handoff(
         peek=peek,
         attempts=CLAIM_ATTEMPTS,
         executor="celery",
-    ).jobs
+    )
 
 
 @dataclass(frozen=True)
@@ -196,4 +216,11 @@ def _why_not(job: Job | None) -> str:
     return f"it is {job.status}"
 
 
-__all__ = ["CLAIM_ATTEMPTS", "Taken", "claim_for_handoff", "handoff_worker_id", "take"]
+__all__ = [
+    "CLAIM_ATTEMPTS",
+    "Taken",
+    "claim_for_handoff",
+    "claim_handoff_batch",
+    "handoff_worker_id",
+    "take",
+]

@@ -100,7 +100,11 @@ def celery_queue(queue: str, *, app: Any = None) -> str:
 
 
 def publish(
-    jobs: Iterable[Job], *, app: Any = None, stopping: threading.Event | None = None
+    jobs: Iterable[Job],
+    *,
+    app: Any = None,
+    stopping: threading.Event | None = None,
+    unpublished: list[Job] | None = None,
 ) -> tuple[int, int]:
     """Publish one ``django_debounce.run_job`` message per handed-off job; return (sent, failed).
 
@@ -120,6 +124,10 @@ def publish(
             yet published are left, counted as failed, to their hand-off lease
             (decision 160): stopping takes about one retry interval, not one
             failing publish per job.
+        unpublished: when given, receives the jobs a stop left unpublished (no
+            publish of theirs was tried, so no message of theirs exists): the
+            dispatcher puts them back to READY at once (decision 169) instead of
+            leaving them to their hand-off lease.
 
     Raises:
         ConfigurationError: ``app`` is ``None`` and no Celery app loads.
@@ -132,11 +140,15 @@ def publish(
         if stopping is not None and stopping.is_set():
             failed += len(jobs) - index
             logger.info(
-                "stopping: %d handed-off job(s) not published; each is handed off again once "
-                "its hand-off lease lapses",
+                "stopping: %d handed-off job(s) not published; %s",
                 len(jobs) - index,
+                "they go back to READY"
+                if unpublished is not None
+                else "each is handed off again once its hand-off lease lapses",
                 extra={"action": "publish_stopped"},
             )
+            if unpublished is not None:
+                unpublished.extend(jobs[index:])
             break
         try:
             app.send_task(

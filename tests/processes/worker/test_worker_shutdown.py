@@ -22,11 +22,11 @@ from datetime import timedelta
 import psycopg
 import pytest
 import time_machine
-from django.db import connection
 from django.utils import timezone
 
 from django_debounce.models import DeadLetter, Job
 from tests.conftest import child_env, run_burst
+from tests.processes.signal_phases import claim_waits_on_lock, pg_dsn
 from tests.procs import Proc, WorkerThread, app_name, processes, wait_for
 from tests.testapp.models import CallLog
 from tests.testapp.tasks_reliability import work
@@ -176,33 +176,6 @@ def test_sigkill_mid_job_loses_nothing(tmp_path):
 # -- a stop that arrives while the claim statement runs (issue #8, item 2) -------------------
 
 
-def _pg_dsn() -> str:
-    db = connection.settings_dict
-    return (
-        f"host={db.get('HOST') or '127.0.0.1'} port={db.get('PORT') or 5432} "
-        f"user={db.get('USER') or 'postgres'} dbname={db['NAME']}"
-    )
-
-
-def _claim_waits_on_lock(application_name: str | None = None) -> bool:
-    """A claim statement of the test database waits for a lock.
-
-    Under the test's ``LOCK TABLE … IN EXCLUSIVE MODE`` only a locking read waits among
-    reads: a ``SELECT``/``WITH`` waiting for a lock is the claim's ``… FOR UPDATE``.
-    """
-    sql = (
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-        "AND wait_event_type = 'Lock' AND (query ILIKE 'SELECT%%' OR query ILIKE 'WITH%%')"
-    )
-    params: list[str] = []
-    if application_name is not None:
-        sql += " AND application_name = %s"
-        params.append(application_name)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return bool(cursor.fetchone()[0])
-
-
 def _due_jobs() -> tuple[Job, Job]:
     """A job waiting for its second attempt (started once before) and a fresh one, both due."""
     retried = work.delay("retried")
@@ -230,7 +203,7 @@ def _as_before_the_claim(job: Job) -> None:
 def test_sigterm_during_the_claim_puts_the_claimed_jobs_back_unstarted(tmp_path, options, claimed):
     jobs = _due_jobs()
     name = app_name("claim-term")
-    with psycopg.connect(_pg_dsn()) as holder:
+    with psycopg.connect(pg_dsn()) as holder:
         # EXCLUSIVE lets the worker's plain reads (its peek) through but holds its claim's
         # SELECT … FOR UPDATE until the test rolls back.
         holder.execute("LOCK TABLE django_debounce_job IN EXCLUSIVE MODE")
@@ -239,7 +212,7 @@ def test_sigterm_during_the_claim_puts_the_claimed_jobs_back_unstarted(tmp_path,
 
             def waiting() -> bool:
                 assert worker.alive(), f"the worker exited early\n{worker.tail()}"
-                return _claim_waits_on_lock(name)
+                return claim_waits_on_lock(name)
 
             wait_for(waiting, timeout=60, what=lambda: f"the claim to wait\n{worker.tail()}")
             worker.send(signal.SIGTERM)
@@ -266,10 +239,10 @@ def test_a_stop_during_the_claim_starts_nothing_and_sends_no_signal(signal_log):
     threaded loop's claim waits; no ``job_started`` is sent and the jobs are as before."""
     jobs = _due_jobs()
     signal_log.clear()
-    with psycopg.connect(_pg_dsn()) as holder:
+    with psycopg.connect(pg_dsn()) as holder:
         holder.execute("LOCK TABLE django_debounce_job IN EXCLUSIVE MODE")
         runner = WorkerThread("stopped-in-claim", concurrency=2).start()
-        wait_for(_claim_waits_on_lock, timeout=60, what="the claim to wait")
+        wait_for(claim_waits_on_lock, timeout=60, what="the claim to wait")
         runner.worker.stop()
         holder.rollback()
         runner.stop()
@@ -283,7 +256,7 @@ def test_a_stop_during_the_claim_starts_nothing_and_sends_no_signal(signal_log):
 def test_a_claimed_job_a_job_thread_takes_after_the_stop_is_put_back():
     """The last hand-over: a job claimed before the stop but taken by a job thread after it
     (the loop queued it just as the signal came) never starts either."""
-    from django_debounce.worker.loop import Worker
+    from django_debounce.worker.loop.loop import Worker
 
     jobs = _due_jobs()
     worker = Worker(concurrency=2, handle_signals=False, worker_id="handover")
@@ -319,10 +292,10 @@ def test_a_second_signal_inside_the_loop_exits_without_waiting_for_running_jobs(
         worker = procs.worker("--concurrency", "2", "--poll-interval", "0.05")
         wait_for(_started(running, worker), timeout=30, what="the long job to start")
         queued = work.delay("queued")
-        with psycopg.connect(_pg_dsn()) as holder:
+        with psycopg.connect(pg_dsn()) as holder:
             holder.execute("LOCK TABLE django_debounce_job IN EXCLUSIVE MODE")
             wait_for(
-                lambda: _claim_waits_on_lock(name),
+                lambda: claim_waits_on_lock(name),
                 timeout=60,
                 what=lambda: f"the claim to wait\n{worker.tail()}",
             )

@@ -7,14 +7,15 @@ here the hand-off's database side is checked under the frozen clock.
 from __future__ import annotations
 
 import datetime as dt
+import threading
 import uuid
 from io import StringIO
 
 import pytest
 from django.core.management import call_command
 from django.db import connection
+from django_debounce.claim.claiming.claiming import claim_jobs
 
-from django_debounce.claim.claiming import claim_jobs
 from django_debounce.contrib.celery import executor as celery_executor
 from django_debounce.contrib.celery import handoff
 from django_debounce.exceptions import ConfigurationError, JobFailedError
@@ -184,6 +185,31 @@ def test_a_failed_publish_leaves_the_job_handed_off_until_its_lease_lapses(setti
         what="the hand-off to lapse and the job to be handed off again",
     )
     assert Job.objects.get(pk=job.pk).attempts == 1, "a lost publish spends no attempt"
+
+
+def test_a_stop_during_the_handoff_claim_puts_its_jobs_back_unpublished():
+    """Decision 167: a SIGTERM that lands while the claim statement runs publishes nothing and
+    leaves nothing handed off: the jobs go back to READY as before the claim, at once, not
+    after their hand-off lease (processes: test_signals_at_every_phase_dispatcher.py)."""
+    retried = record.delay("retried")
+    earlier = T - dt.timedelta(minutes=5)
+    Job.objects.filter(pk=retried.pk).update(attempts=1, started_at=earlier)
+    jobs = [retried, record.delay("fresh")]
+    fields = ("status", "attempts", "worker_id", "lease_expires_at", "started_at", "run_at")
+    before = [Job.objects.filter(pk=job.pk).values(*fields).get() for job in jobs]
+    stopping = threading.Event()
+
+    def stop_in_the_claim(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        if "UPDATE" in sql.upper() and Job._meta.db_table in sql:  # the claim's marking write
+            stopping.set()  # what the dispatcher's SIGTERM handler does
+        return result
+
+    app = make_app("redis://127.0.0.1:1/0")  # never reached: nothing is published
+    with connection.execute_wrapper(stop_in_the_claim):
+        assert celery_executor.dispatch_due(app=app, stopping=stopping) == 0
+    assert stopping.is_set(), "the claim ran"
+    assert [Job.objects.filter(pk=job.pk).values(*fields).get() for job in jobs] == before
 
 
 def test_stacking_on_a_shared_task_routes_delay_through_the_window(clock):
