@@ -256,7 +256,7 @@ def test_a_stop_during_the_claim_starts_nothing_and_sends_no_signal(signal_log):
 def test_a_claimed_job_a_job_thread_takes_after_the_stop_is_put_back():
     """The last hand-over: a job claimed before the stop but taken by a job thread after it
     (the loop queued it just as the signal came) never starts either."""
-    from django_debounce.worker.loop.loop import Worker
+    from django_debounce.worker.loop import Worker
 
     jobs = _due_jobs()
     worker = Worker(concurrency=2, handle_signals=False, worker_id="handover")
