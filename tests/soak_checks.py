@@ -173,16 +173,18 @@ def rss_kib(pid: int) -> int:
     raise AssertionError(f"no VmRSS for pid {pid}")
 
 
-def run_queue_wait(pid: int) -> float:
-    """Seconds the main thread of process ``pid`` spent runnable but waiting for a CPU.
+def run_queue_wait(pid: int) -> tuple[float, int]:
+    """Return (seconds waited for a CPU, times scheduled) of the main thread of process ``pid``.
 
-    The second field of ``/proc/<pid>/task/<pid>/schedstat`` (nanoseconds since
-    the thread started). For a worker, the main thread is its claim loop: when
-    it waits long on the run queue, claims come late because the machine has no
-    CPU for it, whatever the package does.
+    The second and third fields of ``/proc/<pid>/task/<pid>/schedstat`` (since
+    the thread started): time spent runnable but waiting on a run queue, and
+    how many times the thread got a CPU. For a worker the main thread is its
+    claim loop: when each of its wake-ups waits long for a CPU, claims come late
+    because the machine has no CPU for it, whatever the package does.
     """
     with open(f"/proc/{pid}/task/{pid}/schedstat") as stat:
-        return int(stat.read().split()[1]) / 1e9
+        _, waited, slices = stat.read().split()[:3]
+    return int(waited) / 1e9, int(slices)
 
 
 def bucket_dry_at(starts: Sequence[datetime], capacity: float, per_second: float) -> datetime:

@@ -20,13 +20,19 @@ CallLog row at the start of its body; those instants are printed, not judged
 The second is a claim about throughput on a 2-core machine that other test
 runs share, so the test tells a slow machine from a slow package. Replaying
 the bucket from the starts gives the tokens it lost to its cap: refill that
-came while it was full and jobs were due, i.e. runs no claim came for. If the
-run is short of the band and the workers' claim loops (their main threads)
-spent more than a tenth of the run runnable but waiting for a CPU
-(``/proc/<pid>/task/<pid>/schedstat``), the workers were starved by the
-machine and could not claim in time: the test prints the figures and skips
-the lower bound (the upper bound is asserted before). Short of the band with
-the loops getting their CPU, it fails: the package left tokens unused.
+came while it was full and jobs were due, i.e. runs no claim came for. An
+idle worker wakes when a drained bucket holds tokens for its free threads
+(at most half the capacity, decision 167), so a claim may come late by the
+bucket's *headroom* (the time from that instant to a full bucket) before
+refill is lost. Each worker's claim loop (its main thread) is timed by the
+kernel (``/proc/<pid>/task/<pid>/schedstat``): its mean wait for a CPU per
+wake-up. If the run is short of the band and that wait exceeded a quarter of
+the headroom, the machine starved the workers and made their claims late:
+the test prints the figures and skips the lower bound (the upper bound is
+asserted before). Short of the band with the loops getting their CPU in
+time, it fails: the package left tokens unused. (Before decision 167 a
+``"5/s"`` bucket of 2 ran at 1.9/s here: the workers slept their 1 s poll
+while it sat full.)
 """
 
 from __future__ import annotations
@@ -58,9 +64,10 @@ pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.django_db(tran
 
 WORKER = ("--concurrency", "4")  # the default poll interval and prefetch
 #: Seconds the workers run against the backlog.
-SECONDS = 10.0
-#: The claim loops count as starved above this share of the run spent waiting for a CPU.
-STARVED = 0.10
+SECONDS = 8.0
+#: A claim loop counts as starved when its mean wait for a CPU per wake-up is above this
+#: share of the bucket's headroom.
+STARVED = 0.25
 
 
 @pytest.fixture
@@ -87,9 +94,9 @@ def measure(tmp_path, tasks: dict[str, Any], name: str, *, store: str) -> None:
         )
         tasks[name].delay_many([(f"t{i:04}",) for i in range(backlog)])
         began = time.monotonic()
-        waited = [run_queue_wait(w.pid) for w in workers]
+        before = [run_queue_wait(w.pid) for w in workers]
         time.sleep(SECONDS)
-        waited = [run_queue_wait(w.pid) - before for w, before in zip(workers, waited, strict=True)]
+        after = [run_queue_wait(w.pid) for w in workers]
         wall = time.monotonic() - began
         for worker in workers:
             worker.send(signal.SIGTERM)
@@ -113,34 +120,42 @@ def measure(tmp_path, tasks: dict[str, Any], name: str, *, store: str) -> None:
     window = most_in_window(starts, 1.0)
     allowed = capacity + rate * 1.0
     lost = wasted_refill(starts, capacity, rate, since=dry, until=last)
-    starved = max(waited) / wall
+    # Each claim loop's mean wait for a CPU per wake-up, against the bucket's headroom: the
+    # time from the instant an idle worker wakes for (its refill target) to a full bucket.
+    delays = [(a[0] - b[0]) / max(1, a[1] - b[1]) for a, b in zip(after, before, strict=True)]
+    shares = [(a[0] - b[0]) / wall for a, b in zip(after, before, strict=True)]
+    headroom = (capacity - bucket.refill_target(4)) / rate
+    starved = max(delays) > headroom * STARVED
     print(
         f"\n[rate {name}, {store} bucket] configured {bucket.text} (capacity {capacity}): "
         f"{len(starts)} starts of a backlog of {backlog}; achieved {achieved:.2f}/s over the "
         f"{span:.2f} s steady part; most starts in any 1 s window {window} (rate + burst "
         f"{allowed:.0f}); tightest interval: {worst}; most body starts in 1 s "
         f"{most_in_window(bodies, 1.0)}; tokens lost to the cap {lost:.1f}; claim loops "
-        f"waited for a CPU {', '.join(f'{w / wall:.1%}' for w in waited)} of the run"
+        f"waited for a CPU {' and '.join(f'{w:.0%}' for w in shares)} of the run, "
+        f"{' and '.join(f'{d * 1000:.1f}' for d in delays)} ms per wake-up (headroom "
+        f"{headroom * 1000:.0f} ms)"
     )
     assert worst.excess <= 1e-9, f"rate exceeded: {worst}"
     assert window <= allowed
-    if achieved < 0.9 * rate and starved > STARVED:
+    if achieved < 0.9 * rate and starved:
         pytest.skip(
-            f"the workers were starved of CPU (claim loop waited {starved:.0%} of the run): "
-            f"achieved {achieved:.2f}/s of {rate:g}/s not judged; the upper bound held"
+            f"the workers were starved of CPU (a claim loop waited {max(delays) * 1000:.0f} ms "
+            f"per wake-up, the bucket's headroom is {headroom * 1000:.0f} ms): achieved "
+            f"{achieved:.2f}/s of {rate:g}/s is not judged; the upper bound held"
         )
     assert 0.9 * rate <= achieved <= 1.1 * rate, (
         f"achieved {achieved:.2f}/s of {rate:g}/s; {lost:.1f} tokens lost to the cap "
-        f"while jobs were due (claim loops waited for a CPU {starved:.0%} of the run)"
+        f"while jobs were due; claim loops waited {max(delays) * 1000:.1f} ms per wake-up for a CPU"
     )
 
 
-@pytest.mark.parametrize("name", ["ra.rate", "ra.small_burst"])
+@pytest.mark.parametrize("name", ["ra.rate", "ra.small_burst", "ra.trickle"])
 def test_database_bucket_rate_is_accurate_under_load(tmp_path, soak_tasks, name):
     measure(tmp_path, soak_tasks, name, store="database")
 
 
-@pytest.mark.parametrize("name", ["ra.rate", "ra.small_burst"])
+@pytest.mark.parametrize("name", ["ra.rate", "ra.small_burst", "ra.trickle"])
 def test_redis_bucket_rate_is_accurate_under_load(tmp_path, soak_tasks, name):
     require_redis()
     delete_test_keys(cache_url(), key_prefix())
