@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 #: Float noise forgiven by the rate rule (the buckets' own EPSILON).
 EPSILON = 1e-9
@@ -200,3 +201,112 @@ def bucket_dry_at(starts: Sequence[datetime], capacity: float, per_second: float
         if level < 1 - EPSILON:
             return when
     return ordered[-1]
+
+
+# -- the soak's accounting --------------------------------------------------------------------
+
+#: Kinds whose runs of one key must never overlap (debounced tasks, §4.5).
+KEYED = ("debounced", "merged", "bulk")
+
+
+@dataclass
+class Rows:
+    """What the soak left, read once after the drain.
+
+    ``jobs``: id -> ``{"task", "status", "args", "count", "attempts", "started_at",
+    "expires_at"}``; ``runs``: CallLog rows as ``{"task", "key", "ids", "job_id", "attempt",
+    "started", "finished"}``; ``letters``: job id -> dead-letter reason (``None``: pruned job).
+    """
+
+    jobs: dict[int, dict[str, Any]]
+    runs: list[dict[str, Any]]
+    letters: dict[int | None, list[str]]
+
+
+def account(calls: Sequence[dict[str, Any]], rows: Rows, failing_runs: int) -> list[str]:
+    """Return every way the rows break the contract for these producer ``calls`` (empty: none).
+
+    Every call that did not raise is accounted for by its kind: a run that
+    served it (debounced: the job it joined ran once; merged and bulk: its
+    item is in exactly one run's payload, of the job the call returned), or a
+    planned end (an expired job never ran; a shed job has a ``shed:`` dead
+    letter; a job failing every run has a dead letter after ``failing_runs``
+    runs). Every job and dead letter is some call's; no job is left READY or
+    RUNNING; a job ran as many times as its attempts say.
+    """
+    problems: list[str] = []
+    runs_of: dict[int, list[dict[str, Any]]] = {}
+    for run in rows.runs:
+        runs_of.setdefault(run["job_id"], []).append(run)
+    served: dict[tuple[str, str], list[int]] = {}  # (task, item) -> job ids of the runs
+    for run in rows.runs:
+        for item in run["ids"]:
+            served.setdefault((run["task"], item), []).append(run["job_id"])
+    made = [call for call in calls if "error" not in call]
+    called_jobs = {call["job_id"] for call in made}
+    for pk, job in rows.jobs.items():
+        ran = len(runs_of.get(pk, []))
+        if pk not in called_jobs:
+            problems.append(f"job #{pk} ({job['task']}) is no call's")
+        if job["status"] in ("READY", "RUNNING"):
+            problems.append(f"job #{pk} ({job['task']}) left {job['status']} after the drain")
+        if ran != job["attempts"]:
+            problems.append(
+                f"job #{pk} ({job['task']}) ran {ran} times, attempts {job['attempts']}"
+            )
+    counted: Counter[int] = Counter()
+    for call in made:
+        kind, item, pk = call["kind"], call["item"], call["job_id"]
+        task = f"soak.{kind}"
+        job = rows.jobs.get(pk)
+        if job is None:
+            problems.append(f"{kind} call {item}: its job #{pk} is gone")
+            continue
+        counted[pk] += 1
+        status, ran = job["status"], len(runs_of.get(pk, []))
+        letters = rows.letters.get(pk, [])
+        if kind in ("merged", "bulk"):
+            where = served.get((task, item), [])
+            if where != [pk] or status != "SUCCESSFUL":
+                problems.append(f"{kind} item {item} of job #{pk} ({status}) ran in {where}")
+        elif kind == "expiring" and status == "EXPIRED":
+            if ran or letters:
+                problems.append(f"expired job #{pk} ran {ran} times, letters {letters}")
+        elif kind == "expiring" and status == "SUCCESSFUL":
+            if ran != 1 or not job["started_at"] < job["expires_at"]:
+                problems.append(f"expiring job #{pk} ran {ran} times, started past its expiry")
+        elif kind == "dropped" and status == "SHED":
+            if ran or len(letters) != 1 or not letters[0].startswith("shed:"):
+                problems.append(f"shed job #{pk} ran {ran} times, letters {letters}")
+        elif kind == "failing" and call["fail_runs"] >= failing_runs:
+            if status != "FAILED" or ran != failing_runs or len(letters) != 1:
+                problems.append(f"failing job #{pk}: {status}, {ran} runs, letters {letters}")
+        elif kind == "failing":
+            if status != "SUCCESSFUL" or ran != call["fail_runs"] + 1 or letters:
+                problems.append(f"flaky job #{pk}: {status}, {ran} runs, letters {letters}")
+        elif status != "SUCCESSFUL" or ran != 1 or letters:
+            problems.append(f"{kind} call {item}: job #{pk} {status}, {ran} runs, {letters}")
+    for pk, job in rows.jobs.items():
+        if job["task"] in ("soak.debounced", "soak.merged", "soak.bulk"):
+            if counted[pk] != job["count"]:
+                problems.append(f"job #{pk} counts {job['count']} calls, {counted[pk]} were made")
+        elif counted[pk] != 1:
+            problems.append(f"job #{pk} ({job['task']}) returned to {counted[pk]} calls")
+    ended = {pk for pk, job in rows.jobs.items() if job["status"] in ("FAILED", "SHED")}
+    if set(rows.letters) != ended:
+        problems.append(f"dead letters of {sorted(set(rows.letters) ^ ended)[:20]} don't match")
+    for (task, item), where in served.items():
+        if len(where) != 1 and task in ("soak.merged", "soak.bulk"):
+            problems.append(f"{task} item {item} ran {len(where)} times: jobs {where}")
+    return problems
+
+
+def keyed_overlaps(runs: Sequence[dict[str, Any]]) -> list[tuple[str, int, int]]:
+    """Runs of one debounce key (per task) that overlap in time (§4.5)."""
+    return overlapping_runs(
+        [
+            (f"{run['task']}|{run['key']}", run["started"], run["finished"], run["job_id"])
+            for run in runs
+            if run["task"] in tuple(f"soak.{kind}" for kind in KEYED)
+        ]
+    )

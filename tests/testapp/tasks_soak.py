@@ -159,7 +159,7 @@ DECLARATIONS: dict[str, tuple[Any, dict[str, Any]]] = {
     ),
     "soak.rated": (limited, {"rate_limit": "10/s", "max_retries": 0}),
     "soak.capped": (capped, {"concurrency": 2, "max_retries": 0}),
-    "soak.expiring": (expiring, {"expires": "150ms", "priority": -10, "max_retries": 0}),
+    "soak.expiring": (expiring, {"expires": "250ms", "priority": -10, "max_retries": 0}),
     "soak.dropped": (dropped, {"rate_limit": "5/s", "on_excess": "drop", "max_retries": 0}),
     "soak.failing": (
         failing,
