@@ -227,8 +227,8 @@ class Dispatcher:
                 if count < self.batch:
                     if self.burst:
                         return self.dispatched
-                    # Sleep until the next deadline or bucket refill, at most a poll; a wake-up ends it
-                    # early.
+                    # Sleep until the next deadline or bucket refill (decision 167), at most a
+                    # poll; a wake-up ends it early.
                     timeout = wakeup.idle_timeout(
                         self.poll_interval,
                         queues=self.queues,
