@@ -114,7 +114,9 @@ def measure(tmp_path, tasks: dict[str, Any], name: str, *, store: str) -> None:
     assert len(set(CallLog.objects.values_list("pid", flat=True))) == 2  # both took part
     dry, last = bucket_dry_at(starts, capacity, rate), starts[-1]
     span = (last - dry).total_seconds()
-    achieved = count_between(starts, dry, last) / span
+    # A steady part shorter than a quarter of the run: the workers took most of it to spend
+    # the first burst, i.e. they, not the bucket, were the limit (judged as a shortfall).
+    achieved = count_between(starts, dry, last) / span if span >= SECONDS / 4 else 0.0
     worst = worst_rate_interval(starts, capacity, rate)
     assert worst is not None
     window = most_in_window(starts, 1.0)
@@ -145,8 +147,9 @@ def measure(tmp_path, tasks: dict[str, Any], name: str, *, store: str) -> None:
             f"{achieved:.2f}/s of {rate:g}/s is not judged; the upper bound held"
         )
     assert 0.9 * rate <= achieved <= 1.1 * rate, (
-        f"achieved {achieved:.2f}/s of {rate:g}/s; {lost:.1f} tokens lost to the cap "
-        f"while jobs were due; claim loops waited {max(delays) * 1000:.1f} ms per wake-up for a CPU"
+        f"achieved {achieved:.2f}/s of {rate:g}/s over a steady part of {span:.2f} s; "
+        f"{lost:.1f} tokens lost to the cap while jobs were due; claim loops waited "
+        f"{max(delays) * 1000:.1f} ms per wake-up for a CPU"
     )
 
 
