@@ -61,6 +61,19 @@ class TokenBucket:
         """Return how many whole tokens ``level`` holds (rounding noise forgiven)."""
         return max(0, int(level + EPSILON))
 
+    def refill_target(self, free: int) -> int:
+        """Return how many whole tokens an idle claimer waits for, with ``free`` threads (≥ 1).
+
+        Enough for its free threads, at most half the capacity (so a claim
+        that comes late by up to half the bucket's fill time still finds it not
+        yet full and loses no refill), and at least one.
+        """
+        return max(1, min(free, self.capacity // 2))
+
+    def seconds_until(self, level: float, tokens: int) -> float:
+        """Return the seconds a bucket at ``level`` takes to hold ``tokens`` (0 if it does)."""
+        return max(0.0, (min(tokens, self.capacity) - level) / self.per_second)
+
     def take(
         self, tokens: float | None, tokens_at: datetime | None, now: datetime, count: int
     ) -> float:

@@ -35,6 +35,7 @@ from django.db import (
     connections,
     router,
 )
+from django.utils import timezone
 
 from ..claim.claiming import claim_batch
 from ..conf import settings
@@ -150,6 +151,7 @@ class Worker(WorkerStop):
         self._started_before: dict[int, datetime | None] = {}
         self._lock = threading.Lock()
         self._loop_used_at = 0.0  # monotonic time the threaded loop last used its connection
+        self._claimed_at: datetime | None = None  # when the last claim began (package clock)
 
     # -- control (stop, signals, the drain and putting jobs back: WorkerStop) ------
     def run(self) -> int:
@@ -234,6 +236,7 @@ class Worker(WorkerStop):
 
     def _claim(self, limit: int) -> list[Job]:
         """Claim up to ``limit`` jobs, claiming again after lock contention (``CLAIM_ATTEMPTS``)."""
+        self._claimed_at = timezone.now()  # what this claim saw of the buckets (decision 170)
         claim = claim_batch(
             worker_id=self.worker_id,
             limit=limit,
@@ -355,8 +358,15 @@ class Worker(WorkerStop):
                     renew_every if (full or self.burst) else min(self.poll_interval, renew_every)
                 )
                 if capacity and not (full or self.burst):
-                    # A free thread sleeps until the next deadline, at most a poll (decision 83).
-                    timeout = wakeup.idle_timeout(timeout, queues=self.queues, using=self.using)
+                    # A free thread sleeps until the next deadline or bucket refill, at most a poll
+                    # (decisions 83, 167).
+                    timeout = wakeup.idle_timeout(
+                        timeout,
+                        queues=self.queues,
+                        using=self.using,
+                        free=max(1, self.concurrency - len(self._in_flight)),
+                        since=self._claimed_at,
+                    )
                 self._wait(self._successes.cap_wait(timeout))
         finally:
             waker.stop()

@@ -10,8 +10,9 @@ The worker calls two things here and nothing else:
   migration ``0007_wakeup_notify``), Redis pub/sub
   (:mod:`django_debounce.worker.wakeup_redis`), or none (polling alone).
 * :func:`idle_timeout` before it sleeps: how long to sleep, i.e. until the
-  earliest ``run_at`` of a READY job it can see (:mod:`django_debounce.worker.deadlines`),
-  capped by the poll interval.
+  earliest ``run_at`` of a READY job it can see, or until a drained rate-limit
+  bucket holds tokens again (:mod:`django_debounce.worker.deadlines`), capped by the
+  poll interval.
 
 Polling stays the backstop: a lost notification, a dropped listener
 connection or a write that sent none costs at most one poll interval.
@@ -23,14 +24,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from django.db import DatabaseError, InterfaceError, connections
 from django.utils import timezone
 
 from ..conf import settings
-from .deadlines import next_run_at
+from .deadlines import next_refill_at, next_run_at
 from .wakeup_listener import ListenerThread
 from .wakeup_modes import has_notify_support, notify_triggers_missing, wakeup_mode
 from .wakeup_redis import RedisListener
@@ -103,23 +104,40 @@ def start_wakeup(
     return waker
 
 
-def idle_timeout(cap: float, *, queues: Sequence[str], using: str) -> float:
+def idle_timeout(
+    cap: float,
+    *,
+    queues: Sequence[str],
+    using: str,
+    free: int = 1,
+    since: datetime | None = None,
+) -> float:
     """Return how long an idle worker sleeps: until the next deadline, at most ``cap`` seconds.
 
     Args:
         cap: the longest sleep (the poll interval), in seconds.
         queues: the queues served; empty: every queue.
         using: database alias.
+        free: the sleeper's free threads (jobs it could start on waking).
+        since: when the sleeper's last claim began (default: now).
 
+    The next deadline is the earliest future ``run_at`` of a READY job
+    (:func:`~django_debounce.deadlines.next_run_at`, decision 83) or the
+    instant a rate-limit bucket that claim found short holds tokens for
+    ``free`` jobs again (:func:`~django_debounce.deadlines.next_refill_at`,
+    decision 170).
     A database error is logged at DEBUG and ``cap`` returned: the worker's
     next claim meets the same error and handles it (back-off, reconnect).
     """
     now = timezone.now()
     try:
         deadline = next_run_at(now, within=timedelta(seconds=cap), queues=queues, using=using)
+        refill = next_refill_at(now, free=free, since=since, using=using)
     except (DatabaseError, InterfaceError) as exc:
         logger.debug("next deadline unknown (%s)", exc, extra={"action": "deadline_error"})
         return cap
+    if refill is not None and (deadline is None or refill < deadline):
+        deadline = refill
     if deadline is None:
         return cap
     return min(cap, max(0.0, (deadline - timezone.now()).total_seconds()) + DEADLINE_SLACK)

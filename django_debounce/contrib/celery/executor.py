@@ -228,6 +228,7 @@ class Dispatcher:
         try:
             while not self._stopping.is_set():
                 try:
+                    claimed_at = timezone.now()  # what the claim saw of the buckets
                     count = dispatch_due(
                         limit=self.batch,
                         batch=self.batch,
@@ -245,9 +246,14 @@ class Dispatcher:
                 if count < self.batch:
                     if self.burst:
                         return self.dispatched
-                    # Sleep until the next deadline, at most a poll; a wake-up ends it early.
+                    # Sleep until the next deadline or bucket refill (decision 170), at most a
+                    # poll; a wake-up ends it early.
                     timeout = wakeup.idle_timeout(
-                        self.poll_interval, queues=self.queues, using=self.using
+                        self.poll_interval,
+                        queues=self.queues,
+                        using=self.using,
+                        free=self.batch,
+                        since=claimed_at,
                     )
                     if self._wake.wait(timeout):
                         self._wake.clear()

@@ -14,8 +14,8 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 from django.db import connection
-from django_debounce.claim.claiming import claim_jobs
 
+from django_debounce.claim.claiming import claim_jobs
 from django_debounce.contrib.celery import executor as celery_executor
 from django_debounce.contrib.celery import handoff
 from django_debounce.exceptions import ConfigurationError, JobFailedError
