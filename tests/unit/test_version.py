@@ -36,3 +36,18 @@ def test_no_other_file_writes_the_version_down():
         if any(f"{q}{number}{q}" in path.read_text(encoding="utf-8") for q in "'\"")
     ]
     assert holders == []
+
+
+def test_the_docs_name_the_wheel_of_this_version():
+    # The install instructions name the built wheel's file; a version bump must update them.
+    root = PYPROJECT.parent
+    pages = [root / "README.md", root / "CONTRIBUTING.md", *sorted((root / "docs").rglob("*.md"))]
+    named = {
+        (str(page.relative_to(root)), found)
+        for page in pages
+        for found in re.findall(
+            r"django_debounce-([0-9][^-\s]*)-py3-none-any\.whl", page.read_text(encoding="utf-8")
+        )
+    }
+    assert len(named) >= 5
+    assert {(page, found) for page, found in named if found != pyproject_version()} == set()
