@@ -99,14 +99,13 @@ def check_window(window: timedelta, max_wait: timedelta | None, *, where: str) -
             shorter than the window.
     """
     if max_wait is None:
-        default = settings.default_max_wait
-        if default is None:
+        max_wait = settings.default_max_wait  # parsed by its row (check E002)
+        if max_wait is None:
             raise ConfigurationError(
                 f"{where}: debounce={window} needs debounce_max_wait= (or the "
                 "DEBOUNCE_DEFAULT_MAX_WAIT setting): without a ceiling a steady stream of calls "
                 "would push the run back forever."
             )
-        max_wait = parse_duration(default, name="DEBOUNCE_DEFAULT_MAX_WAIT")
     if max_wait < window:
         raise ConfigurationError(
             f"{where}: debounce_max_wait={max_wait} is shorter than the window debounce={window}; "

@@ -24,7 +24,7 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 
 from .. import keys, registry
-from ..conf import settings as debounce_settings
+from ..conf import Settings
 from ..job_ids import parse_id
 from ..models import DeadLetter
 
@@ -184,7 +184,9 @@ class QueueFilter(admin.SimpleListFilter):
     parameter_name = "queue"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        configured = debounce_settings._get("QUEUES")
+        # Every queue the setting names, CoDel on or off; read as given (not parsed), so a
+        # malformed DEBOUNCE_QUEUES (check E012) does not break the change list.
+        configured = Settings.codel.raw()
         names = {"default", *(configured if isinstance(configured, dict) else {})}
         names.update(task.options.queue for task in registry.all_tasks().values())
         return [(name, name) for name in sorted(names)]

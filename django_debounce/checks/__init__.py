@@ -1,13 +1,16 @@
 """The package's system checks: one registrar, checks by concern (ids ``django_debounce.E0nn``/``W0nn``).
 
 :func:`register_checks` registers every check, from ``DjangoDebounceConfig.ready``;
-importing this package registers nothing. The checks live by concern:
-:mod:`.settings` (the ``DEBOUNCE_*`` settings and the database), :mod:`.wakeup`
-(the wake-up), and each integration's beside it
+importing this package registers nothing. Every ``DEBOUNCE_*`` setting's own
+value is checked by one loop over the settings table
+(:func:`.settings.check_settings`, decision 171); the rest are named checks of
+what a setting needs of another, of the database or of the environment, by
+concern: :mod:`.settings` (setting pairs, ``USE_TZ``, the database options,
+unknown names), :mod:`.redis` (the cache ``DEBOUNCE_REDIS`` names),
+:mod:`.wakeup` (the wake-up), and each integration's beside it
 (:mod:`django_debounce.contrib.celery.checks`,
 :mod:`django_debounce.contrib.django_tasks.checks`,
-:mod:`django_debounce.contrib.prometheus.checks`); the Redis alias is checked by
-:func:`django_debounce.conf.redis.check_redis`. Every id is listed in
+:mod:`django_debounce.contrib.prometheus.checks`). Every id is listed in
 docs/reference/checks.md and never renumbered.
 """
 
@@ -15,19 +18,12 @@ from __future__ import annotations
 
 from django.core.checks import Tags, register
 
-from ..conf.redis import check_redis
-from ..contrib.celery.checks import check_celery_available, check_executor_settings
+from ..contrib.celery.checks import check_celery_available, check_handoff_lease
 from ..contrib.django_tasks.checks import check_task_backends
 from ..contrib.prometheus.checks import check_metrics
+from .redis import check_redis
 from .settings import (
-    check_backoff_jitter,
     check_database_options,
-    check_dead_letter_auto_retry,
-    check_drain_settings,
-    check_enqueue_retries,
-    check_max_payload_bytes,
-    check_prune,
-    check_queues,
     check_settings,
     check_unknown_settings,
     check_use_tz,
@@ -39,18 +35,11 @@ ALL_CHECKS = (
     check_settings,
     check_database_options,
     check_use_tz,
-    check_queues,
-    check_dead_letter_auto_retry,
-    check_prune,
-    check_max_payload_bytes,
-    check_enqueue_retries,
-    check_backoff_jitter,
     check_redis,
     check_metrics,
-    check_drain_settings,
     check_unknown_settings,
     check_task_backends,
-    check_executor_settings,
+    check_handoff_lease,
     check_celery_available,
     check_wakeup,
 )

@@ -1,9 +1,11 @@
-"""System checks of the wake-up settings (ids E020–E022, W010–W012; ``DEBOUNCE_REDIS`` itself: E035–E039 in redis_settings; docs/reference/checks.md).
+"""System checks of what the wake-up needs (ids E021, E022, W010–W012; docs/reference/checks.md).
 
 ``DEBOUNCE_WAKEUP`` and ``DEBOUNCE_REDIS`` (decisions 80, 82), checked
-against the database the jobs are written to and ``CACHES``. W011 reads the
-database (the LISTEN/NOTIFY triggers of migration 0007) and so runs only
-with ``manage.py check --database default`` (Django's ``database`` tag).
+against the database the jobs are written to. Each setting's own value is a
+row of the settings table (E020, E035: :func:`django_debounce.checks.settings.check_settings`);
+these checks read the parsed values and say nothing about a refused one. W011
+reads the database (the LISTEN/NOTIFY triggers of migration 0007) and so runs
+only with ``manage.py check --database default`` (Django's ``database`` tag).
 """
 
 from __future__ import annotations
@@ -11,13 +13,12 @@ from __future__ import annotations
 from typing import Any
 
 from django.apps import apps
-from django.conf import settings as django_settings
 from django.core.checks import CheckMessage, Error, Warning
 from django.db import DatabaseError, connections, router
 from django.db.migrations.recorder import MigrationRecorder
 
-from ..conf import DEFAULTS
-from ..conf.wakeup import WAKEUP_MODES
+from ..conf import settings
+from ..exceptions import ConfigurationError
 from ..worker.wakeup_modes import has_notify_support, notify_triggers_missing
 
 #: The cache backend DEBOUNCE_REDIS must name (check E024).
@@ -26,8 +27,12 @@ DJANGO_REDIS_BACKEND = "django_redis.cache.RedisCache"
 NOTIFY_MIGRATION = ("django_debounce", "0007_wakeup_notify")
 
 
-def _setting(name: str) -> Any:
-    return getattr(django_settings, f"DEBOUNCE_{name}", DEFAULTS[name])
+def _redis_unset() -> bool:
+    """True when ``DEBOUNCE_REDIS`` is ``None`` (not when it does not parse: E035 says so)."""
+    try:
+        return settings.redis is None
+    except ConfigurationError:
+        return False
 
 
 def _jobs_alias() -> str:
@@ -35,22 +40,18 @@ def _jobs_alias() -> str:
 
 
 def _mode() -> str | None:
-    value = _setting("WAKEUP")
-    return value if value in WAKEUP_MODES else None
+    """``DEBOUNCE_WAKEUP``, or ``None`` when it does not parse (E020 reports that)."""
+    try:
+        return settings.wakeup
+    except ConfigurationError:
+        return None
 
 
 def check_wakeup(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """E020–E022, W010, W012: ``DEBOUNCE_WAKEUP`` and what it needs."""
-    value = _setting("WAKEUP")
+    """E021, E022, W010, W012: what a valid ``DEBOUNCE_WAKEUP`` needs."""
     mode = _mode()
     if mode is None:
-        return [
-            Error(
-                f"DEBOUNCE_WAKEUP={value!r} is not a wake-up.",
-                hint=f"Use one of {', '.join(map(repr, WAKEUP_MODES))} (docs/howto/wakeup.md).",
-                id="django_debounce.E020",
-            )
-        ]
+        return []
     messages: list[CheckMessage] = []
     alias = _jobs_alias()
     postgres = connections[alias].vendor == "postgresql"
@@ -63,7 +64,7 @@ def check_wakeup(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
                 id="django_debounce.E021",
             )
         )
-    if mode == "redis" and not _setting("REDIS"):
+    if mode == "redis" and _redis_unset():
         messages.append(
             Error(
                 'DEBOUNCE_WAKEUP = "redis" needs DEBOUNCE_REDIS, the alias of a django-redis cache.',

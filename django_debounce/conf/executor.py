@@ -1,8 +1,8 @@
 """Parsing the executor settings: ``DEBOUNCE_EXECUTOR`` and the Celery executor's (issue #10).
 
-A leaf: :mod:`django_debounce.conf` reads the settings through these parsers
-and :mod:`django_debounce.contrib.celery.checks` reports what they raise (ids
-E025–E027). Documented in docs/reference/settings.md.
+A leaf: the settings table (:mod:`django_debounce.conf.table`) reads the
+settings through these parsers and the settings check reports what they raise
+(ids E025–E027, E029, E044). Documented in docs/reference/settings.md.
 """
 
 from __future__ import annotations
@@ -95,4 +95,30 @@ def parse_unknown_task_grace(value: Any) -> timedelta:
     return parse_duration(value, name="DEBOUNCE_UNKNOWN_TASK_GRACE")
 
 
-__all__ = ["EXECUTORS", "parse_celery_queues", "parse_executor", "parse_unknown_task_grace"]
+def parse_celery_app(value: Any) -> str | None:
+    """Validate ``DEBOUNCE_CELERY_APP`` and return it.
+
+    Args:
+        value: ``None`` (publish with Celery's current app) or the dotted
+            path of a Celery app, e.g. ``"proj.celery.app"``. Whether the path
+            imports is judged by check E029 when the Celery executor is in
+            use (importing it here would import the project's Celery module).
+
+    Raises:
+        ConfigurationError: not ``None`` and not a non-empty ``str`` (check E029).
+    """
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise ConfigurationError(
+            f"DEBOUNCE_CELERY_APP={value!r} must be None (Celery's current app) or the "
+            "dotted path of a Celery app, e.g. 'proj.celery.app'."
+        )
+    return value
+
+
+__all__ = [
+    "EXECUTORS",
+    "parse_celery_app",
+    "parse_celery_queues",
+    "parse_executor",
+    "parse_unknown_task_grace",
+]

@@ -1,10 +1,11 @@
-"""Parsing of the plain numeric settings and options: seconds and counts (decisions 162, 163).
+"""Parsing of the plain scalar settings and options: seconds, counts, a flag (decisions 162, 163).
 
-A leaf: :mod:`django_debounce.conf` reads ``DEBOUNCE_POLL_INTERVAL``,
-``DEBOUNCE_SUCCESS_FLUSH_INTERVAL``, ``DEBOUNCE_PREFETCH``,
-``DEBOUNCE_MAX_RETRIES`` and ``DEBOUNCE_ENQUEUE_RETRIES`` through these
-parsers, :mod:`django_debounce.checks.settings` reports what they raise (E009, E010,
-E015, E055, E056), and :mod:`django_debounce.options` checks a task's
+A leaf: the settings table (:mod:`django_debounce.conf.table`) reads
+``DEBOUNCE_POLL_INTERVAL``, ``DEBOUNCE_SUCCESS_FLUSH_INTERVAL``,
+``DEBOUNCE_PREFETCH``, ``DEBOUNCE_MAX_RETRIES``, ``DEBOUNCE_ENQUEUE_RETRIES``,
+``DEBOUNCE_MAX_PAYLOAD_BYTES`` and ``DEBOUNCE_BACKOFF_JITTER`` through these
+parsers, the settings check reports what they raise (E009, E010, E014, E015,
+E016, E055, E056), and :mod:`django_debounce.options` checks a task's
 ``max_retries`` with the same rule, so what ``manage.py check`` passes is what
 the worker and every enqueue accept. Durations have their own parser
 (:func:`django_debounce.conf.durations.parse_duration`).
@@ -29,6 +30,9 @@ MAX_POLL_INTERVAL: Final = 86_400.0
 
 #: The longest ``DEBOUNCE_SUCCESS_FLUSH_INTERVAL``, in seconds (decision 122).
 MAX_FLUSH_INTERVAL: Final = 60.0
+
+#: The smallest ``DEBOUNCE_MAX_PAYLOAD_BYTES`` accepted (check E014): 1 KiB.
+MIN_PAYLOAD_BYTES: Final = 1024
 
 
 def parse_seconds(
@@ -143,13 +147,49 @@ def parse_enqueue_retries(value: Any) -> int:
     return value
 
 
+def parse_max_payload_bytes(value: Any) -> int:
+    """Validate ``DEBOUNCE_MAX_PAYLOAD_BYTES`` and return it (check E014).
+
+    Args:
+        value: the setting, an ``int`` number of bytes, at least
+            :data:`MIN_PAYLOAD_BYTES` (1024).
+
+    Raises:
+        ConfigurationError: not an ``int`` (a ``bool`` or a string counts as
+            wrong), or below 1024.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < MIN_PAYLOAD_BYTES:
+        raise ConfigurationError(
+            f"DEBOUNCE_MAX_PAYLOAD_BYTES={value!r} must be an int of at least "
+            f"{MIN_PAYLOAD_BYTES} (bytes of JSON text), e.g. 1048576 for 1 MiB."
+        )
+    return value
+
+
+def parse_backoff_jitter(value: Any) -> bool:
+    """Return ``DEBOUNCE_BACKOFF_JITTER``: ``True`` or ``False`` itself (check E016).
+
+    The worker reads the setting through this parser too, so ``1`` or
+    ``"False"``, which the check refuses, is not taken as a truth value at run time.
+
+    Raises:
+        ConfigurationError: anything but a ``bool``.
+    """
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"DEBOUNCE_BACKOFF_JITTER={value!r} is not True or False.")
+    return value
+
+
 __all__ = [
     "MAX_FLUSH_INTERVAL",
     "MAX_POLL_INTERVAL",
     "MAX_RETRIES_LIMIT",
+    "MIN_PAYLOAD_BYTES",
+    "parse_backoff_jitter",
     "parse_count",
     "parse_enqueue_retries",
     "parse_flush_interval",
+    "parse_max_payload_bytes",
     "parse_max_retries",
     "parse_poll_interval",
     "parse_prefetch",

@@ -1,7 +1,9 @@
 """The parsed wake-up settings: ``DEBOUNCE_WAKEUP`` and ``DEBOUNCE_REDIS`` (decisions 80, 82).
 
-A leaf beside :mod:`django_debounce.conf`, which reads the settings and parses
-them here; checks E020–E022 report a bad value (:mod:`django_debounce.checks.wakeup`).
+A leaf: the settings table (:mod:`django_debounce.conf.table`) reads
+``DEBOUNCE_WAKEUP`` through :func:`parse_wakeup` and the settings check reports
+what it raises (E020); E021 and E022, what a valid value needs of the database
+and of ``DEBOUNCE_REDIS``, are :mod:`django_debounce.checks.wakeup`.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ def parse_wakeup(value: Any) -> str:
     """
     if value not in WAKEUP_MODES:
         raise ConfigurationError(
-            f"DEBOUNCE_WAKEUP={value!r} must be one of {', '.join(map(repr, WAKEUP_MODES))}."
+            f"DEBOUNCE_WAKEUP={value!r} is not a wake-up: it must be one of "
+            f"{', '.join(map(repr, WAKEUP_MODES))}."
         )
     return str(value)
 

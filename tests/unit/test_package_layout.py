@@ -218,13 +218,13 @@ INTEGRATIONS = {
     "django.tasks": ("contrib.django_tasks",),
     "django_tasks": ("contrib.django_tasks",),
     "prometheus_client": ("contrib.prometheus", "contrib.celery.metrics"),
-    # Redis serves the token buckets and the wake-up (and its alias setting is checked).
-    "redis": ("flow.redis_buckets", "flow.redis_tokens", "worker.wakeup_redis", "conf.redis"),
+    # Redis serves the token buckets and the wake-up (and the cache its alias names is checked).
+    "redis": ("flow.redis_buckets", "flow.redis_tokens", "worker.wakeup_redis", "checks.redis"),
     "django_redis": (
         "flow.redis_buckets",
         "flow.redis_tokens",
         "worker.wakeup_redis",
-        "conf.redis",
+        "checks.redis",
     ),
 }
 

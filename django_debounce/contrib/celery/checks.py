@@ -1,7 +1,11 @@
-"""System checks of the executor settings and the Celery executor (E025–E029, E044, W013–W014; issue #10).
+"""System checks of the Celery executor (E028, E029, W013, W014; issue #10).
 
-Registered with the package's other checks (:data:`django_debounce.checks.settings.ALL_CHECKS`);
-every id is listed in docs/reference/checks.md.
+The executor settings' own values are rows of the settings table (E025-E027,
+E029 for a value that is not a dotted path, E044; reported by
+:func:`django_debounce.checks.settings.check_settings`); these checks judge
+what a valid value needs. Registered with the package's other checks
+(:data:`django_debounce.checks.ALL_CHECKS`); every id is listed in
+docs/reference/checks.md.
 """
 
 from __future__ import annotations
@@ -10,92 +14,51 @@ import importlib.util
 from datetime import timedelta
 from typing import Any
 
-from django.conf import settings as django_settings
 from django.core.checks import CheckMessage, Error, Warning
 from django.utils.module_loading import import_string
 
 from ... import registry
-from ...conf import DEFAULTS
-from ...conf.durations import parse_duration
-from ...conf.executor import parse_celery_queues, parse_executor, parse_unknown_task_grace
+from ...conf import settings
 from ...exceptions import ConfigurationError
 
 #: A hand-off lease shorter than this likely lapses while the message is still on its way (W013).
 SHORT_HANDOFF = timedelta(seconds=5)
 
 
-def _setting(name: str) -> Any:
-    return getattr(django_settings, f"DEBOUNCE_{name}", DEFAULTS[name])
-
-
 def _celery_in_use() -> bool:
     """True when ``DEBOUNCE_EXECUTOR`` or a registered task selects the Celery executor."""
-    if _setting("EXECUTOR") == "celery":
-        return True
+    try:
+        if settings.executor == "celery":
+            return True
+    except ConfigurationError:  # E025 reports it; the tasks may still select Celery
+        pass
     return any(task.options.executor == "celery" for task in registry.all_tasks().values())
 
 
-def check_executor_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """E025–E027, E044 and W013: the executor settings must parse."""
-    errors: list[CheckMessage] = []
+def check_handoff_lease(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """W013: ``DEBOUNCE_CELERY_HANDOFF_LEASE`` is shorter than :data:`SHORT_HANDOFF` (5 s).
+
+    A value that is not a duration is E027, the row's own check
+    (:func:`django_debounce.checks.settings.check_settings`); nothing is said here then.
+    """
     try:
-        parse_unknown_task_grace(_setting("UNKNOWN_TASK_GRACE"))
-    except ConfigurationError as exc:
-        errors.append(
-            Error(
-                str(exc),
-                hint="A duration such as '10m' (how long a job of a task this process does not "
-                "know is put back before it is dead-lettered), or 0 to dead-letter it at once.",
-                id="django_debounce.E044",
-            )
+        lease = settings.celery_handoff_lease
+    except ConfigurationError:
+        return []
+    if lease >= SHORT_HANDOFF:
+        return []
+    return [
+        Warning(
+            f"DEBOUNCE_CELERY_HANDOFF_LEASE ({lease}) is shorter than {SHORT_HANDOFF}.",
+            hint=(
+                "A message that waits in the broker longer than the hand-off lease is "
+                "handed off again (the late message is then a no-op): every lapse costs "
+                "a publish and delays the job. Give it at least the longest time a "
+                "message waits for a free Celery worker."
+            ),
+            id="django_debounce.W013",
         )
-    try:
-        parse_executor(_setting("EXECUTOR"))
-    except ConfigurationError as exc:
-        errors.append(
-            Error(
-                str(exc),
-                hint="DEBOUNCE_EXECUTOR = 'worker' (the default) or 'celery'.",
-                id="django_debounce.E025",
-            )
-        )
-    try:
-        parse_celery_queues(_setting("CELERY_QUEUES"))
-    except ConfigurationError as exc:
-        errors.append(
-            Error(
-                str(exc),
-                hint='For example DEBOUNCE_CELERY_QUEUES = {"default": "celery", "mail": "mail"}.',
-                id="django_debounce.E026",
-            )
-        )
-    try:
-        lease = parse_duration(
-            _setting("CELERY_HANDOFF_LEASE"), name="DEBOUNCE_CELERY_HANDOFF_LEASE"
-        )
-    except ConfigurationError as exc:
-        errors.append(
-            Error(
-                str(exc),
-                hint="A duration such as '5m': how long a job handed to Celery may wait to start.",
-                id="django_debounce.E027",
-            )
-        )
-    else:
-        if lease < SHORT_HANDOFF:
-            errors.append(
-                Warning(
-                    f"DEBOUNCE_CELERY_HANDOFF_LEASE ({lease}) is shorter than {SHORT_HANDOFF}.",
-                    hint=(
-                        "A message that waits in the broker longer than the hand-off lease is "
-                        "handed off again (the late message is then a no-op): every lapse costs "
-                        "a publish and delays the job. Give it at least the longest time a "
-                        "message waits for a free Celery worker."
-                    ),
-                    id="django_debounce.W013",
-                )
-            )
-    return errors
+    ]
 
 
 def check_celery_available(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
@@ -111,7 +74,10 @@ def check_celery_available(app_configs: Any = None, **kwargs: Any) -> list[Check
                 id="django_debounce.E028",
             )
         ]
-    path = _setting("CELERY_APP")
+    try:
+        path = settings.celery_app
+    except ConfigurationError:  # not a dotted path at all: E029 from the row's own check
+        return []
     if path is None:
         from celery import current_app
 
@@ -141,4 +107,4 @@ def check_celery_available(app_configs: Any = None, **kwargs: Any) -> list[Check
     return []
 
 
-__all__ = ["check_celery_available", "check_executor_settings"]
+__all__ = ["check_celery_available", "check_handoff_lease"]

@@ -1,4 +1,4 @@
-"""System checks of the Prometheus metrics (E040–E043).
+"""System checks of the Prometheus metrics' environment (E042, E043; E040, E041 are the settings').
 
 Registered by :func:`django_debounce.checks.register_checks` with the rest; ids are
 listed in docs/reference/checks.md and never renumbered.
@@ -17,39 +17,19 @@ from ...exceptions import ConfigurationError
 
 
 def check_metrics(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """E040–E043: the metrics settings and environment (docs/howto/metrics.md, issue #11).
+    """E042, E043: what the metrics need of the environment (docs/howto/metrics.md, issue #11).
 
-    E040 ``DEBOUNCE_METRICS`` is not None/True/False; E041 a bucket setting is
-    malformed; E042 ``DEBOUNCE_METRICS = True`` without prometheus_client;
-    E043 ``PROMETHEUS_MULTIPROC_DIR`` names no writable directory (every
-    process would fail at its first metric update).
+    E042 ``DEBOUNCE_METRICS = True`` without prometheus_client; E043
+    ``PROMETHEUS_MULTIPROC_DIR`` names no writable directory (every process
+    would fail at its first metric update). The settings' own values are rows
+    of the settings table (E040 ``DEBOUNCE_METRICS`` not None/True/False, E041
+    a malformed bucket setting: :func:`django_debounce.checks.settings.check_settings`).
     """
     messages: list[CheckMessage] = []
     try:
         enabled = settings.metrics
-    except ConfigurationError as exc:
-        messages.append(
-            Error(
-                str(exc),
-                hint="None (the default: on when prometheus_client is installed), True or False.",
-                id="django_debounce.E040",
-            )
-        )
+    except ConfigurationError:  # E040, the row's own check, reports it
         enabled = None
-    for attr in ("metrics_delay_buckets", "metrics_duration_buckets"):
-        try:
-            getattr(settings, attr)
-        except ConfigurationError as exc:
-            messages.append(
-                Error(
-                    str(exc),
-                    hint=(
-                        "Finite upper bounds in seconds, increasing, e.g. [1, 5, 30, 60, 300]; "
-                        "prometheus_client adds +Inf itself."
-                    ),
-                    id="django_debounce.E041",
-                )
-            )
     if enabled is False:
         return messages
     if enabled and importlib.util.find_spec("prometheus_client") is None:

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 from django.core.checks import ERROR, WARNING
 
+from django_debounce.checks.settings import check_settings
 from django_debounce.contrib.celery import checks as celery_checks
+
+
+def check_executor_settings():
+    """The executor settings' own checks (E025-E027, E044: rows of the settings table), then W013."""
+    return [*check_settings(), *celery_checks.check_handoff_lease()]
+
 
 # Each case sets DEBOUNCE_* settings and expects exactly one message with this id.
 CASES = [
@@ -24,7 +31,7 @@ CASES = [
 def test_executor_setting_messages(settings, overrides, code, level):
     for name, value in overrides.items():
         setattr(settings, f"DEBOUNCE_{name}", value)
-    messages = celery_checks.check_executor_settings()
+    messages = check_executor_settings()
     assert [(m.id, m.level) for m in messages] == [(f"django_debounce.{code}", level)]
     assert messages[0].hint
     assert any(f"DEBOUNCE_{name}" in messages[0].msg for name in overrides)
@@ -34,9 +41,9 @@ def test_valid_executor_settings_pass(settings):
     settings.DEBOUNCE_EXECUTOR = "celery"
     settings.DEBOUNCE_CELERY_QUEUES = {"default": "celery", "mail": "mail-q"}
     settings.DEBOUNCE_CELERY_HANDOFF_LEASE = "10m"
-    assert celery_checks.check_executor_settings() == []
+    assert check_executor_settings() == []
     settings.DEBOUNCE_UNKNOWN_TASK_GRACE = 0  # dead-letter unknown tasks at once
-    assert celery_checks.check_executor_settings() == []
+    assert check_executor_settings() == []
 
 
 def test_e028_celery_selected_but_not_installed(settings, monkeypatch):

@@ -108,7 +108,7 @@ def test_check_command_fails_when_misconfigured(settings):
 def test_e014_max_payload_bytes_must_be_an_int_of_at_least_1024(settings, value):
     settings.DEBOUNCE_MAX_PAYLOAD_BYTES = value
 
-    messages = checks.check_max_payload_bytes()
+    messages = checks.check_settings()
 
     assert [m.id for m in messages] == ["django_debounce.E014"]
     assert "DEBOUNCE_MAX_PAYLOAD_BYTES" in messages[0].msg
@@ -118,14 +118,14 @@ def test_e014_max_payload_bytes_must_be_an_int_of_at_least_1024(settings, value)
 @pytest.mark.parametrize("value", [1024, 16 * 1024 * 1024])
 def test_e014_accepts_byte_counts_from_1024(settings, value):
     settings.DEBOUNCE_MAX_PAYLOAD_BYTES = value
-    assert checks.check_max_payload_bytes() == []
+    assert checks.check_settings() == []
 
 
 @pytest.mark.parametrize("value", ["20", 20.0, True, None])
 def test_e015_enqueue_retries_must_be_an_int(settings, value):
     settings.DEBOUNCE_ENQUEUE_RETRIES = value
 
-    messages = checks.check_enqueue_retries()
+    messages = checks.check_settings()
 
     assert [m.id for m in messages] == ["django_debounce.E015"]
     assert messages[0].level == ERROR
@@ -136,14 +136,14 @@ def test_e015_enqueue_retries_must_be_an_int(settings, value):
 @pytest.mark.parametrize("value", [20, 1, 0, -3])
 def test_e015_accepts_any_int_below_1_counting_as_1(settings, value):
     settings.DEBOUNCE_ENQUEUE_RETRIES = value
-    assert checks.check_enqueue_retries() == []
+    assert checks.check_settings() == []
 
 
 @pytest.mark.parametrize("value", [1, 0, "False", None])
 def test_e016_backoff_jitter_must_be_a_bool(settings, value):
     settings.DEBOUNCE_BACKOFF_JITTER = value
 
-    messages = checks.check_backoff_jitter()
+    messages = checks.check_settings()
 
     assert [m.id for m in messages] == ["django_debounce.E016"]
     assert messages[0].level == ERROR
@@ -154,7 +154,7 @@ def test_e016_backoff_jitter_must_be_a_bool(settings, value):
 @pytest.mark.parametrize("value", [True, False])
 def test_e016_accepts_true_and_false(settings, value):
     settings.DEBOUNCE_BACKOFF_JITTER = value
-    assert checks.check_backoff_jitter() == []
+    assert checks.check_settings() == []
 
 
 @CHECK_COMMAND
@@ -175,7 +175,7 @@ def test_defaults_pass_e015_and_e016(settings):
     for name in ("ENQUEUE_RETRIES", "BACKOFF_JITTER"):
         if hasattr(settings, f"DEBOUNCE_{name}"):
             delattr(settings, f"DEBOUNCE_{name}")
-    assert checks.check_enqueue_retries() + checks.check_backoff_jitter() == []
+    assert checks.check_settings() == []
 
 
 def test_checks_are_registered_by_the_app_config_not_by_importing_the_module():
@@ -328,7 +328,7 @@ def test_w003_suggests_only_a_close_name(settings, name, meant):
 @pytest.mark.parametrize("value", [-1, 2.5, "20", None, True])
 def test_e055_refuses_a_prefetch_that_is_not_an_int_of_at_least_0(settings, value):
     settings.DEBOUNCE_PREFETCH = value
-    messages = checks.check_drain_settings()
+    messages = checks.check_settings()
     assert [m.id for m in messages] == ["django_debounce.E055"]
     assert messages[0].level == ERROR
     assert f"DEBOUNCE_PREFETCH={value!r}" in messages[0].msg
@@ -337,7 +337,7 @@ def test_e055_refuses_a_prefetch_that_is_not_an_int_of_at_least_0(settings, valu
 @pytest.mark.parametrize("value", [-0.1, 61, "0.1s", None, False])
 def test_e056_refuses_a_flush_interval_outside_0_to_60_seconds(settings, value):
     settings.DEBOUNCE_SUCCESS_FLUSH_INTERVAL = value
-    messages = checks.check_drain_settings()
+    messages = checks.check_settings()
     assert [m.id for m in messages] == ["django_debounce.E056"]
     assert messages[0].level == ERROR
     assert "DEBOUNCE_SUCCESS_FLUSH_INTERVAL" in messages[0].msg
@@ -347,7 +347,7 @@ def test_e056_refuses_a_flush_interval_outside_0_to_60_seconds(settings, value):
 def test_e055_e056_accept_the_defaults_and_the_bounds(settings, prefetch, interval):
     settings.DEBOUNCE_PREFETCH = prefetch
     settings.DEBOUNCE_SUCCESS_FLUSH_INTERVAL = interval
-    assert checks.check_drain_settings() == []
+    assert checks.check_settings() == []
 
 
 @CHECK_COMMAND

@@ -8,16 +8,18 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
+from django_debounce.checks.redis import check_redis
+from django_debounce.checks.settings import check_settings
 from django_debounce.conf import parse_redis_alias
 from django_debounce.conf import settings as debounce_settings
-from django_debounce.conf.redis import check_redis
 from django_debounce.exceptions import ConfigurationError
 
 REDIS = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://127.0.0.1:6379/15"}
 
 
 def ids(settings: Any) -> list[str]:
-    return [message.id for message in check_redis()]
+    """The ids of the setting's own check (E035, a row of the table) and of E036-E039."""
+    return [message.id for message in [*check_settings(), *check_redis()]]
 
 
 def test_off_by_default_and_a_django_redis_alias_passes(settings):

@@ -192,7 +192,7 @@ def test_parse_queues_rejects_bad_values_with_a_clear_error(value, message):
 
 def test_check_e012_reports_a_bad_queues_setting(settings):
     settings.DEBOUNCE_QUEUES = {"default": {"codel": {"target": "5s", "interval": "1s"}}}
-    messages = checks.check_queues()
+    messages = checks.check_settings()
     assert [m.id for m in messages] == ["django_debounce.E012"]
     (message,) = messages
     assert message.level == ERROR
@@ -200,4 +200,4 @@ def test_check_e012_reports_a_bad_queues_setting(settings):
     assert message.hint
 
     settings.DEBOUNCE_QUEUES = {"default": {"codel": {"target": "500ms", "interval": "5s"}}}
-    assert checks.check_queues() == []
+    assert checks.check_settings() == []

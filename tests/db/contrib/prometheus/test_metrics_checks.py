@@ -10,7 +10,13 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError, SystemCheckError
 
-from django_debounce.contrib.prometheus.checks import check_metrics
+from django_debounce.checks.settings import check_settings
+from django_debounce.contrib.prometheus import checks as prometheus_checks
+
+
+def check_metrics():
+    """The metrics settings' own checks (E040, E041: rows of the settings table), then E042, E043."""
+    return [*check_settings(), *prometheus_checks.check_metrics()]
 
 
 def test_defaults_pass(settings):
