@@ -21,16 +21,21 @@ commits or rolls back with the caller's work (§4.6).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import logging
+import random
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import TypeVar
 
-from django.db import DEFAULT_DB_ALIAS, connections, router, transaction
+from django.db import DEFAULT_DB_ALIAS, OperationalError, connections, router, transaction
 from django.utils import timezone
 
 from .. import keys
+from ..db_errors import is_contention
 from ..enqueueing.planning import debounce_key_of_call, require_window
-from ..exceptions import ConfigurationError
+from ..exceptions import ConfigurationError, WindowContentionError
 from ..models import Job
 from ..registry import RegisteredTask
 from ..validators import check_task_name
@@ -47,9 +52,15 @@ __all__ = [
     "windows_of_keys",
 ]
 
+#: The logger of the operators' window actions (:mod:`django_debounce.ops.windows`).
+logger = logging.getLogger("django_debounce.windows")
+
 Status = Job.Status
 #: Window keys per ``IN (…)`` (SQLite binds at most 999 parameters).
 _CHUNK = 500
+#: Attempts of a flush or cancel that meets lock contention (outside a caller's transaction).
+_ATTEMPTS = 8
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -179,18 +190,22 @@ class Windows:
     def flush(self, *, now: datetime | None = None) -> list[WindowAction]:
         """:meth:`Window.flush` each window, in one transaction (one lock, one update)."""
         db, now = self.alias, now or timezone.now()
-        with transaction.atomic(using=db):
-            locked = _lock_open(self.windows, db)
-            ids = [job.pk for job in locked.values()]
-            done = set(actions.run_now(ids, now=now, only_open_windows=True, using=db).done)
-            rows = _live_rows(self.windows, db)
-        found: dict[str, WindowAction] = {}
-        for window in self.windows:
-            job = locked.get(window.window_key)
-            if job is not None and job.pk in done:
-                state = shown(window, rows.get(window.window_key, []))
-                found[window.window_key] = WindowAction(True, "flushed", state)
-        return [found.get(w.window_key) or _refused(w, rows) for w in self.windows]
+
+        def attempt() -> list[WindowAction]:
+            with transaction.atomic(using=db):
+                locked = _lock_open(self.windows, db)
+                ids = [job.pk for job in locked.values()]
+                done = set(actions.run_now(ids, now=now, only_open_windows=True, using=db).done)
+                rows = _live_rows(self.windows, db)
+            found: dict[str, WindowAction] = {}
+            for window in self.windows:
+                job = locked.get(window.window_key)
+                if job is not None and job.pk in done:
+                    state = shown(window, rows.get(window.window_key, []))
+                    found[window.window_key] = WindowAction(True, "flushed", state)
+            return [found.get(w.window_key) or _refused(w, rows) for w in self.windows]
+
+        return _retrying(attempt, db, "flush")
 
     def cancel(self, *, now: datetime | None = None) -> list[WindowAction]:
         """:meth:`Window.cancel` each window, in one transaction (one lock; a cancel per window).
@@ -199,23 +214,67 @@ class Windows:
         dependents (one reached from two cancelled windows is named once).
         """
         db, now = self.alias, now or timezone.now()
-        found: dict[str, WindowAction] = {}
-        with transaction.atomic(using=db):
-            locked = _lock_open(self.windows, db)
-            before = _live_rows(self.windows, db)
-            for window in self.windows:
-                job = locked.get(window.window_key)
-                if job is None or window.window_key in found:
-                    continue
-                result = actions.cancel([job.pk], now=now, only_open_windows=True, using=db)
-                if result.done:
-                    job.status, job.window_key, job.finished_at = Status.CANCELLED, None, now
-                    others = [j for j in before.get(window.window_key, []) if j.pk != job.pk]
-                    state = state_of(window, job, in_flight(others))
-                    deps = tuple(result.cancelled_dependents)
-                    found[window.window_key] = WindowAction(True, "cancelled", state, deps)
-            rows = _live_rows(self.windows, db)
-        return [found.get(w.window_key) or _refused(w, rows) for w in self.windows]
+
+        def attempt() -> list[WindowAction]:
+            found: dict[str, WindowAction] = {}
+            with transaction.atomic(using=db):
+                locked = _lock_open(self.windows, db)
+                before = _live_rows(self.windows, db)
+                for window in self.windows:
+                    job = locked.get(window.window_key)
+                    if job is None or window.window_key in found:
+                        continue
+                    result = actions.cancel([job.pk], now=now, only_open_windows=True, using=db)
+                    if result.done:
+                        job.status, job.window_key, job.finished_at = Status.CANCELLED, None, now
+                        others = [j for j in before.get(window.window_key, []) if j.pk != job.pk]
+                        state = state_of(window, job, in_flight(others))
+                        deps = tuple(result.cancelled_dependents)
+                        found[window.window_key] = WindowAction(True, "cancelled", state, deps)
+                rows = _live_rows(self.windows, db)
+            return [found.get(w.window_key) or _refused(w, rows) for w in self.windows]
+
+        return _retrying(attempt, db, "cancel")
+
+
+def _retrying(attempt: Callable[[], _T], db: str, what: str) -> _T:
+    """Return ``attempt()``, run again after a deadlock or lock wait (§4.4), a few times.
+
+    MariaDB/MySQL lock an index record before its row, so an enqueue (which
+    finds the window through ``window_key``) and a claim (which finds it
+    through the claim index) take a window's two locks in opposite orders; a
+    flush or cancel that meets both can be a deadlock's victim. Inside the
+    caller's transaction nothing is retried: the deadlock rolled it back.
+
+    Raises:
+        WindowContentionError: the attempts ran out, or contention inside the
+            caller's transaction; nothing was changed.
+    """
+    last: Exception | None = None
+    for number in range(_ATTEMPTS):
+        try:
+            return attempt()
+        except OperationalError as exc:
+            if not is_contention(exc):
+                raise
+            last = exc
+            if transaction.get_connection(db).in_atomic_block:
+                raise WindowContentionError(
+                    f"window {what} hit lock contention inside the caller's transaction "
+                    f"({exc}); nothing was changed. Roll the transaction back and retry it."
+                ) from exc
+            logger.debug(
+                "window %s met lock contention (attempt %d): %s",
+                what,
+                number + 1,
+                exc,
+                extra={"action": "window_retry"},
+            )
+            time.sleep(min(0.5, 0.002 * 2**number) * random.random())
+    raise WindowContentionError(
+        f"window {what} gave up after {_ATTEMPTS} attempts under lock contention; nothing "
+        "was changed. Retry it."
+    ) from last
 
 
 def _db(using: str | None) -> str:
@@ -245,13 +304,19 @@ def _live_rows(windows: Sequence[Window], db: str) -> dict[str, list[Job]]:
 
 
 def _lock_open(windows: Sequence[Window], db: str) -> dict[str, Job]:
-    """Lock the keys' open windows, in id order; return them by window hash."""
+    """Lock the keys' open windows; return them by window hash.
+
+    Found through ``window_key`` alone (its unique index; only a READY job
+    holds one, a check constraint says so), so MariaDB/MySQL lock the index
+    record before the row, in the order an enqueue takes them: the two never
+    deadlock on a window.
+    """
     found: dict[str, Job] = {}
     for chunk in _chunks(windows):
-        qs = Job.objects.using(db).open_windows().filter(window_key__in=chunk).order_by("pk")
+        qs = Job.objects.using(db).filter(window_key__in=chunk).order_by("window_key")
         if connections[db].features.has_select_for_update:
             qs = qs.select_for_update()
-        found.update((job.window_key or "", job) for job in qs)
+        found.update((job.window_key, job) for job in qs if job.window_key is not None)
     return found
 
 

@@ -9,13 +9,18 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import pytest
-from django.db import transaction
+from django.db import OperationalError, transaction
 from django.utils import timezone
 
 from django_debounce import debounced_task, task
 from django_debounce.claim.claiming import claim_jobs
-from django_debounce.exceptions import ConfigurationError, KeyResolutionError
+from django_debounce.exceptions import (
+    ConfigurationError,
+    KeyResolutionError,
+    WindowContentionError,
+)
 from django_debounce.models import Job
+from django_debounce.ops import window_handles
 from django_debounce.ops.window_handles import Window, Windows
 from tests.conftest import T
 
@@ -450,3 +455,44 @@ def test_windows_on_another_alias_name_it(clock):
     assert many.alias == "default"
     assert first.window_for("u:1", using="default").using == "default"
     assert Windows(()).inspect() == [] and Windows(()).flush() == []
+
+
+# -- lock contention ----------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)  # retried only outside the caller's transaction
+def test_a_flush_or_cancel_that_meets_lock_contention_retries_then_gives_up(monkeypatch, clock):
+    job = three_calls(first, clock)
+    real = window_handles._lock_open
+    failures = {"left": 2}
+
+    def contended(windows, db):
+        if failures["left"]:
+            failures["left"] -= 1
+            raise OperationalError("database is locked")
+        return real(windows, db)
+
+    monkeypatch.setattr(window_handles, "_lock_open", contended)
+    clock(seconds=8)
+    assert first.window(1).flush().done  # the third attempt
+    assert row(job)["run_at"] == s(8)
+
+    failures["left"] = 100
+    with pytest.raises(WindowContentionError, match="gave up after 8 attempts"):
+        first.window(1).cancel()
+    failures["left"] = 1
+    with pytest.raises(WindowContentionError, match="inside the caller's transaction"):
+        with transaction.atomic():
+            first.window(1).cancel()
+    assert row(job)["status"] == "READY"
+
+
+def test_a_database_error_that_is_not_contention_is_raised_as_is(monkeypatch, clock):
+    three_calls(first, clock)
+
+    def broken(windows, db):
+        raise OperationalError("no such table: django_debounce_job")
+
+    monkeypatch.setattr(window_handles, "_lock_open", broken)
+    with pytest.raises(OperationalError, match="no such table"):
+        first.window(1).flush()
