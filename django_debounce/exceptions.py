@@ -36,6 +36,15 @@ class EnqueueContentionError(DebounceError):
     """The enqueue kept losing races or lock waits and gave up; nothing was written (§4.4)."""
 
 
+class WindowContentionError(DebounceError):
+    """A window handle's flush or cancel kept meeting lock contention and gave up; nothing changed.
+
+    Raised at once inside the caller's transaction, where a deadlock has
+    already rolled that transaction back on MariaDB/MySQL (roll back and retry
+    it); outside one, after the handle's own retries (issue #21, decision 172).
+    """
+
+
 class NotMigratedError(DebounceError, DatabaseError):
     """The database has no django_debounce tables: run ``python manage.py migrate``.
 

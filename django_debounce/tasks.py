@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from .conf.durations import DurationLike
     from .context import JobContext
     from .models import Job
+    from .ops.window_handles import Window, Windows
 
 __all__ = ["Task", "TaskOptions", "call_signature", "debounced_task", "task"]
 
@@ -147,6 +148,61 @@ class Task(Generic[P, R]):
         from .enqueueing.bulk import enqueue_many
 
         return enqueue_many([(self, args) for args in calls])
+
+    def window(self, *args: P.args, **kwargs: P.kwargs) -> Window:
+        """Return the handle of the window ``delay(*args, **kwargs)`` would join (issue #21).
+
+        The key resolves exactly as that call's would (§3); no SQL runs. The
+        handle's ``inspect()``, ``pending()``, ``flush()`` and ``cancel()`` read
+        or act on the key's window when called
+        (:class:`~django_debounce.ops.window_handles.Window`).
+
+        Raises:
+            ConfigurationError: the task is not debounced.
+            KeyResolutionError: the arguments do not fit the signature or the key
+                template, or a key callable returned ``None`` (no window).
+            PayloadError: an argument the default key cannot hash.
+        """
+        # At call time: ops/ sits above the kernel (a crossing of the layer table, decision 172).
+        from .ops.window_handles import window_of_call
+
+        return window_of_call(self, args, kwargs)
+
+    def window_for(self, key: str, *, using: str | None = None) -> Window:
+        """Return the handle of this task's window for the resolved ``key`` (no SQL).
+
+        Raises:
+            ConfigurationError: the task is not debounced.
+            KeyResolutionError: ``key`` is not usable key text (§3).
+        """
+        from .ops.window_handles import windows_of_keys
+
+        return windows_of_keys(self, [key], using=using).windows[0]
+
+    def windows(self, calls: Iterable[tuple[Any, ...] | list[Any]]) -> Windows:
+        """Return the windows of many calls, each given as ``delay_many`` takes it (positional).
+
+        The :class:`~django_debounce.ops.window_handles.Windows` returned reads
+        or acts on all of them at once (one locking read).
+
+        Raises:
+            ConfigurationError, KeyResolutionError, PayloadError: as :meth:`window`,
+                naming the call's index (``call [i]``).
+        """
+        from .ops.window_handles import windows_of_calls
+
+        return windows_of_calls(self, calls)
+
+    def windows_for(self, keys: Iterable[str], *, using: str | None = None) -> Windows:
+        """Return the windows of many resolved keys (see :meth:`windows`).
+
+        Raises:
+            ConfigurationError: the task is not debounced.
+            KeyResolutionError: a key that is not usable key text.
+        """
+        from .ops.window_handles import windows_of_keys
+
+        return windows_of_keys(self, keys, using=using)
 
     def apply_async(
         self,

@@ -81,6 +81,55 @@ def plan_call(
     )
 
 
+def debounce_key_of_call(
+    task: RegisteredTask,
+    args: Sequence[object],
+    kwargs: Mapping[str, object],
+    where: str,
+) -> str:
+    """Return the debounce key ``task.delay(*args, **kwargs)`` would use (§3); run no SQL.
+
+    The key is resolved as :func:`plan_call` resolves it for a call with no
+    options of its own (the task's options checked as a call, then the key),
+    so a window handle addresses exactly the window that call would join.
+
+    Args:
+        task: a registered task.
+        args, kwargs: the call's arguments, as ``delay`` takes them.
+        where: the message prefix naming the caller, e.g. ``"window of 'app.f'"``.
+
+    Raises:
+        ConfigurationError: the task has no debounce window.
+        KeyResolutionError: the arguments do not fit the task's signature, a
+            placeholder does not resolve, or a key callable returned ``None``
+            (such a call is not debounced, so it has no window).
+        PayloadError: an argument the default key cannot hash.
+    """
+    merged = require_window(task, where)
+    debounce_key, _ = _resolve_keys(task, merged, args, kwargs, where)
+    if debounce_key is None:
+        raise KeyResolutionError(
+            f"{where}: the debounce_key callable returned None for these arguments, so such "
+            "a call is not debounced and has no window."
+        )
+    return debounce_key
+
+
+def require_window(task: RegisteredTask, where: str) -> TaskOptions:
+    """Return the options a call of ``task`` with no options of its own has, if it is debounced.
+
+    Raises:
+        ConfigurationError: the task has no debounce window (so no windows to address).
+    """
+    merged, _ = _merge(task.options, {}, where)
+    if merged.debounce is None:
+        raise ConfigurationError(
+            f"{where}: task {task.name!r} is not debounced (no debounce= window), so it has "
+            "no windows; declare it with @debounced_task or debounce=."
+        )
+    return merged
+
+
 #: Merged options of calls already seen: ``(id(defaults), DEBOUNCE_MAX_RETRIES,
 #: DEBOUNCE_MAX_PAYLOAD_BYTES, options)`` to ``(defaults, merged, retries)``. The entry holds ``defaults`` itself, so its ``id`` in the
 #: key can never be reused by another object while the entry lives.

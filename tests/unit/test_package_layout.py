@@ -162,6 +162,8 @@ CROSSINGS = {
     # Task.delay() and friends enqueue: the task knows the enqueue path only when called.
     ("tasks", "enqueueing.call"),
     ("tasks", "enqueueing.bulk"),
+    # Task.window() and friends return window handles, which act through ops (decision 172).
+    ("tasks", "ops.window_handles"),
     # A Celery worker's metrics are Prometheus metrics (docs/howto/metrics.md).
     ("contrib.celery.metrics", "contrib.prometheus.metrics"),
 }

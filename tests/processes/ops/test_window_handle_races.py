@@ -1,0 +1,137 @@
+"""Window handles racing real producers and a worker (issue #21 item 1; §4.4, §4.5).
+
+Producers (``python -m tests.procs produce``) enqueue ``rel.race`` calls (200 ms
+window, 1 s max wait, newest payload) over three keys while a driver process
+(``tests/processes/ops/window_driver.py``) flushes and cancels their windows from
+code, through single handles and the bulk form, and ``run_debounce_worker`` claims
+and runs them. Nothing is mocked: the rows' locks decide every race.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from datetime import UTC, datetime
+
+import pytest
+
+from django_debounce.models import Job
+from tests.conftest import child_env
+from tests.processes.enqueueing.test_enqueue_races import WindowChecker
+from tests.procs import processes, wait_for
+from tests.testapp.models import CallLog
+
+pytestmark = [pytest.mark.row_locks, pytest.mark.django_db(transaction=True)]
+
+PRODUCERS = 4
+CALLS = 150
+KEYS = 3
+
+
+def test_flush_and_cancel_from_code_race_producers_and_a_worker(tmp_path):
+    """Every call ends in a job that ran once or in a job the driver cancelled, counted
+    there; never two open windows for a key; a claimed job is never cancelled."""
+    checker = WindowChecker()
+    with processes(tmp_path, child_env()) as procs:
+        worker = procs.worker("--concurrency", "2", "--poll-interval", "0.05")
+        stop = tmp_path / "stop"
+        driver = procs.start(
+            "driver",
+            [
+                "-m",
+                "tests.processes.ops.window_driver",
+                f"--keys={KEYS}",
+                "--seed=21",
+                f"--ready={tmp_path / 'driver-ready'}",
+                f"--go={tmp_path / 'go'}",  # the producers' barrier: all start together
+                f"--stop={stop}",
+                f"--out={tmp_path / 'driver.json'}",
+            ],
+        )
+        wait_for(
+            lambda: (tmp_path / "driver-ready").exists() or not driver.alive(),
+            timeout=60,
+            what="the driver to connect",
+        )
+        assert driver.alive(), driver.tail()
+        checker.start()
+        try:
+            producers = procs.producers(
+                PRODUCERS, task="rel.race", keys=KEYS, calls=CALLS, pause_every=25, pause=0.3
+            )
+            reports = procs.producer_results(producers, timeout=240)
+            stop.touch()
+            assert driver.wait(60) == 0, driver.tail()
+
+            def drained() -> bool:
+                assert worker.alive(), worker.tail()
+                return not Job.objects.filter(
+                    status__in=[Job.Status.READY, Job.Status.RUNNING]
+                ).exists()
+
+            wait_for(drained, timeout=60, interval=0.1, what="the worker to drain every window")
+        finally:
+            checker.stop.set()
+            checker.join(timeout=10)
+        assert worker.alive(), worker.tail()
+        driven = json.loads((tmp_path / "driver.json").read_text())
+
+    calls = [
+        {**call, "producer": report["producer"]} for report in reports for call in report["calls"]
+    ]
+    actions = driven["actions"]
+    jobs = {job.pk: job for job in Job.objects.all()}
+    logs = list(CallLog.objects.filter(task="rel.race"))
+    tally = Counter((a["op"], a["reason"]) for a in actions)
+    ran = [pk for pk, job in jobs.items() if job.status == Job.Status.SUCCESSFUL]
+    cancelled = [pk for pk, job in jobs.items() if job.status == Job.Status.CANCELLED]
+    print(
+        f"\n[window handles] {len(calls)} calls -> {len(jobs)} jobs: {len(ran)} ran, "
+        f"{len(cancelled)} cancelled; driver: {dict(sorted(tally.items()))}; "
+        f"retries after lock contention: {len(driven['retries'])}; "
+        f"checker samples: {checker.samples}"
+    )
+    assert [e for r in reports for e in r["other_errors"]] == []
+    assert sum(r["contention"] for r in reports) == 0
+    assert driven["errors"] == []
+    assert checker.samples > 50
+    assert checker.violations == []  # never two open windows (or two runs) for a key
+    assert tally[("flush", "flushed")] > 0 and tally[("cancel", "cancelled")] > 0
+
+    # Every call is in a job that ran or in a job that was cancelled, and counted there.
+    assert {job.status for job in jobs.values()} <= {Job.Status.SUCCESSFUL, Job.Status.CANCELLED}
+    assert {call["job_id"] for call in calls} == set(jobs)
+    per_job = Counter(call["job_id"] for call in calls)
+    assert {pk: job.enqueue_count for pk, job in jobs.items()} == dict(per_job)
+
+    # Each job that ran ran once, with its last call's payload; a cancelled one never ran.
+    run_ids = Counter(log.job_id for log in logs)
+    assert set(run_ids) == set(ran) and set(run_ids.values()) == {1}
+    log_by_job = {log.job_id: log for log in logs}
+    for pk in ran:
+        latest = max((c for c in calls if c["job_id"] == pk), key=lambda c: c["enqueue_count"])
+        assert log_by_job[pk].payload == {"producer": latest["producer"], "seq": latest["seq"]}
+        assert log_by_job[pk].started_at >= datetime.fromtimestamp(latest["before"], tz=UTC)
+
+    # The driver cancelled exactly the cancelled jobs, and reported what it cancelled:
+    # their calls then were all their calls (no call joined a cancelled window).
+    done_cancels = [a for a in actions if a["op"] == "cancel" and a["done"]]
+    assert sorted(a["job_id"] for a in done_cancels) == sorted(cancelled)
+    for action in done_cancels:
+        assert action["status"] == "CANCELLED" and action["dependents"] == []
+        assert action["calls"] == jobs[action["job_id"]].enqueue_count
+    # A job reported as claimed was left alone: it ran.
+    claimed = {a["job_id"] for a in actions if a["reason"] == "claimed"}
+    assert {jobs[pk].status for pk in claimed} <= {Job.Status.SUCCESSFUL}
+    # A flushed window was either run or cancelled later; never lost.
+    flushed = {a["job_id"] for a in actions if a["reason"] == "flushed"}
+    assert flushed <= set(jobs)
+
+    # Runs of one key never overlap (§4.5).
+    per_key: dict[str, list[CallLog]] = defaultdict(list)
+    for log in logs:
+        per_key[log.key].append(log)
+    for key, runs in per_key.items():
+        runs.sort(key=lambda log: log.started_at)
+        for earlier, later in zip(runs, runs[1:], strict=False):
+            assert earlier.finished_at <= later.started_at, (key, earlier.job_id, later.job_id)
