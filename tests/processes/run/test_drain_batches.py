@@ -80,7 +80,7 @@ def test_sigkill_before_the_flush_runs_the_job_again(tmp_path):
 
 def test_sigterm_writes_the_successes_and_puts_the_prefetched_jobs_back(tmp_path):
     quick = work.delay("quick")
-    long = work.delay("long", seconds=3)
+    long = work.delay("long", seconds=10)
     ahead = [work.delay(f"ahead{i}") for i in range(5)]
     env = child_env(DEBOUNCE_TEST_SUCCESS_FLUSH_INTERVAL="60", DEBOUNCE_TEST_PREFETCH="5")
     with processes(tmp_path, env) as procs:
@@ -94,7 +94,15 @@ def test_sigterm_writes_the_successes_and_puts_the_prefetched_jobs_back(tmp_path
             what=lambda: f"the long job to start\n{worker.tail()}",
         )
         assert Job.objects.get(pk=quick.pk).status == Job.Status.RUNNING  # not written yet
-        assert Job.objects.filter(pk__in=[j.pk for j in ahead], status="RUNNING").count() == 5
+        # How many a claim takes ahead follows how long the last runs took (a loaded machine
+        # takes fewer at first); the worker fills its prefetch while ``long`` runs.
+        wait_for(
+            lambda: Job.objects.filter(pk__in=[j.pk for j in ahead], status="RUNNING").count()
+            == 5,
+            timeout=8,
+            what=lambda: f"the five jobs ahead to be claimed\n{worker.tail()}",
+        )
+        assert CallLog.objects.filter(job_id=long.pk, finished_at__isnull=True).exists()
         worker.send(signal.SIGTERM)
         assert worker.wait(60) == 0, worker.tail()
     log = worker.stderr()
