@@ -13,8 +13,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "django_debounce"
 
 #: What the models may import from the package: nothing above them.
 MODEL_IMPORTS_ALLOWED = {"exceptions", "dead_letter_kinds", "durations"}
-#: A module over this many lines holds more than one concept (the issue's "~400").
-MAX_LINES = 450
+#: A module over this many lines holds more than one concept (issue #19: "no module over ~400 lines").
+MAX_LINES = 420
 
 
 def _modules() -> dict[str, Path]:
