@@ -97,8 +97,7 @@ def test_sigterm_writes_the_successes_and_puts_the_prefetched_jobs_back(tmp_path
         # How many a claim takes ahead follows how long the last runs took (a loaded machine
         # takes fewer at first); the worker fills its prefetch while ``long`` runs.
         wait_for(
-            lambda: Job.objects.filter(pk__in=[j.pk for j in ahead], status="RUNNING").count()
-            == 5,
+            lambda: Job.objects.filter(pk__in=[j.pk for j in ahead], status="RUNNING").count() == 5,
             timeout=8,
             what=lambda: f"the five jobs ahead to be claimed\n{worker.tail()}",
         )
