@@ -156,7 +156,7 @@ def test_a_slide_writes_one_indexed_column_run_at_of_the_claim_index():
 def test_200000_slides_over_1000_keys_leave_no_dead_tuple_after_vacuum(job_table):
     """200,000 slides (200 per key, bulk enqueues of 1,000 keys), no VACUUM meanwhile: one
     non-HOT update per slide and one dead tuple each; VACUUM removes them all and leaves
-    1,000 live rows. The file keeps its size (≈ 60× that of the 1,000 rows here), and
+    1,000 live rows. The file keeps its size (60–70× that of the 1,000 rows here), and
     20,000 more slides after the VACUUM reuse its space instead of growing it."""
     base = job_table
     started = time.monotonic()
