@@ -42,7 +42,8 @@ if django.VERSION < (6, 0) and find_spec("django_tasks") is not None:
 TASKS = {
     "default": {
         "BACKEND": os.environ.get(
-            "DEBOUNCE_TEST_TASKS_BACKEND", "django_debounce.backends.DebounceBackend"
+            "DEBOUNCE_TEST_TASKS_BACKEND",
+            "django_debounce.contrib.django_tasks.backend.DebounceBackend",
         ),
         "QUEUES": ["default", "django"],
         **json.loads(os.environ.get("DEBOUNCE_TEST_TASKS_EXTRA", "{}")),
@@ -83,11 +84,18 @@ if _url:
             {"isolation_level": "read committed", "charset": "utf8mb4"}
         )
         DATABASES["default"]["TEST"]["CHARSET"] = "utf8mb4"
-    # Reliability tests tag a worker subprocess's connections (pg_stat_activity).
-    elif os.environ.get("DEBOUNCE_TEST_APP_NAME"):
-        DATABASES["default"].setdefault("OPTIONS", {})["application_name"] = os.environ[
-            "DEBOUNCE_TEST_APP_NAME"
-        ]
+    else:
+        # Reliability tests tag a worker subprocess's connections (pg_stat_activity).
+        if os.environ.get("DEBOUNCE_TEST_APP_NAME"):
+            DATABASES["default"].setdefault("OPTIONS", {})["application_name"] = os.environ[
+                "DEBOUNCE_TEST_APP_NAME"
+            ]
+        # Connection-hygiene tests give a worker subprocess session settings of the server
+        # (libpq options, e.g. "-c idle_session_timeout=1500"): per session, never ALTER SYSTEM.
+        if os.environ.get("DEBOUNCE_TEST_PG_OPTIONS"):
+            DATABASES["default"].setdefault("OPTIONS", {})["options"] = os.environ[
+                "DEBOUNCE_TEST_PG_OPTIONS"
+            ]
 else:
     _name = os.environ.get(
         "DEBOUNCE_TEST_SQLITE", str(BASE_DIR.parent / ".artifacts" / "tests.sqlite3")
@@ -105,6 +113,10 @@ else:
 if os.environ.get("DEBOUNCE_TEST_CONN_MAX_AGE"):
     _age = os.environ["DEBOUNCE_TEST_CONN_MAX_AGE"]
     DATABASES["default"]["CONN_MAX_AGE"] = None if _age == "None" else int(_age)
+if os.environ.get("DEBOUNCE_TEST_CONN_HEALTH_CHECKS"):
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = (
+        os.environ["DEBOUNCE_TEST_CONN_HEALTH_CHECKS"] == "1"
+    )
 
 DEBOUNCE_LEASE = os.environ.get("DEBOUNCE_TEST_LEASE", "60s")
 if os.environ.get("DEBOUNCE_TEST_SHUTDOWN_GRACE"):

@@ -31,7 +31,9 @@ def close_dropped_connections() -> None:
             conn.close()
 
 
-def upkeep_loop_connection(using: str, *, idle: bool, unused_for: float) -> None:
+def upkeep_loop_connection(
+    using: str, *, idle: bool, unused_for: float, keep: bool = False
+) -> None:
     """Apply ``CONN_MAX_AGE`` to the worker loop's connection on ``using`` (decision 66).
 
     The loop's connection is the worker's own (claims, lease renewal,
@@ -46,18 +48,28 @@ def upkeep_loop_connection(using: str, *, idle: bool, unused_for: float) -> None
     a server or proxy idle timeout may have closed it, and a failed claim
     would cost a logged error and a back-off. A connection broken by a
     database error is closed where the error is caught.
+
+    ``keep`` (a wake-up listener runs, decision 84): an ``idle`` poll keeps the
+    connection as a busy one would, and still honours ``CONN_HEALTH_CHECKS``
+    as Django does before a request: it is tested before the next claim, so
+    one ended from outside while the worker waited is replaced, not used
+    (decision 173).
     """
-    if idle:
+    if idle and not keep:
         close_old_connections()
         return
     conn = connections[using]
+    recheck = unused_for >= LOOP_RECHECK_AFTER or (
+        idle and conn.settings_dict.get("CONN_HEALTH_CHECKS", False)
+    )
     if (
         conn.connection is not None
         and not conn.in_atomic_block
-        and unused_for >= LOOP_RECHECK_AFTER
+        and recheck
         and not conn.is_usable()
     ):
-        # Unused through a long job: a server or proxy idle timeout may have closed it.
+        # Unused for a while (a long job, an idle wait): a server or proxy idle timeout, or
+        # an operator, may have closed it.
         conn.close()
         return
     if (

@@ -313,9 +313,10 @@ class Worker(WorkerStop):
                 try:
                     upkeep_loop_connection(
                         self.using,
-                        # A listening worker keeps its connection to claim at once (decision 84).
-                        idle=idle and not waker.listens,
+                        idle=idle,
                         unused_for=time.monotonic() - self._loop_used_at,
+                        # A listening worker keeps its connection to claim at once (decision 84).
+                        keep=waker.listens,
                     )
                     self._maintain()
                     if self._held_ids() and time.monotonic() >= next_renew:

@@ -42,6 +42,8 @@ logger = logging.getLogger("django_debounce.wakeup")
 CHANNEL = "django_debounce_wakeup"
 #: Seconds a listener waits for a message before it checks whether to stop.
 STOP_CHECK = 0.25
+#: The first PostgreSQL version (``server_version``) with ``idle_session_timeout``.
+IDLE_SESSION_TIMEOUT_SINCE = 140000
 #: Seconds added to a deadline sleep, so the worker claims just after ``run_at``, not just before.
 DEADLINE_SLACK = 0.0005
 
@@ -148,7 +150,10 @@ class PostgresListener(ListenerThread):
 
     Opened with the connection parameters of Django's alias ``using``
     (autocommit, no pool), so it never holds a transaction open and never
-    takes a connection from the worker's threads.
+    takes a connection from the worker's threads. Idle by design (it only
+    waits for notifications), its session turns ``idle_session_timeout`` off
+    for itself (PostgreSQL 14+), else the server would end it every timeout
+    (decision 173); a dead peer is still noticed through TCP keepalives.
     """
 
     kind = "LISTEN/NOTIFY"
@@ -162,6 +167,8 @@ class PostgresListener(ListenerThread):
         import psycopg
 
         self.conn = psycopg.Connection.connect(**self.params, autocommit=True)
+        if self.conn.info.server_version >= IDLE_SESSION_TIMEOUT_SINCE:
+            self.conn.execute("SET idle_session_timeout = 0")
         self.conn.execute(f"LISTEN {CHANNEL}")
         self.on_connected()
         while not self.stopping.is_set():
