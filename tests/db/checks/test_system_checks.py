@@ -19,6 +19,27 @@ from django.db.utils import ConnectionHandler
 from django_debounce.checks import settings as checks
 from django_debounce.conf import DEFAULTS
 
+
+@pytest.fixture
+def unset(settings):
+    """Delete ``DEBOUNCE_<name>`` settings for one test, as a project that never sets them.
+
+    pytest-django's ``delattr(settings, ...)`` sends no ``setting_changed``, neither at the
+    deletion nor when the test restores the value, so the values ``conf.settings`` kept
+    while the setting was unset (a check reads every row) would outlive the test. They
+    are dropped afterwards, as the signal would have.
+    """
+    from django_debounce.conf import settings as kept
+
+    def delete(*names: str) -> None:
+        for name in names:
+            if hasattr(settings, f"DEBOUNCE_{name}"):
+                delattr(settings, f"DEBOUNCE_{name}")
+
+    yield delete
+    kept.__dict__.clear()
+
+
 #: ``manage.py check`` runs Django's model checks too; on Django 6.1 the JSONField check
 #: asks the SQLite backend whether it supports JSON, which opens a connection.
 CHECK_COMMAND = pytest.mark.django_db
@@ -77,10 +98,8 @@ def test_valid_non_default_settings_pass(settings):
 
 
 @CHECK_COMMAND
-def test_defaults_pass(settings):
-    for name in DEFAULTS:
-        if hasattr(settings, f"DEBOUNCE_{name}"):
-            delattr(settings, f"DEBOUNCE_{name}")
+def test_defaults_pass(unset):
+    unset(*DEFAULTS)
 
     assert checks.check_settings() == []
     # The test databases are configured as the docs ask (SQLite IMMEDIATE, or PostgreSQL).
@@ -171,10 +190,8 @@ def test_check_command_fails_on_e015_and_e016(settings, name, value, code):
     assert f"django_debounce.{code}" in str(raised.value)
 
 
-def test_defaults_pass_e015_and_e016(settings):
-    for name in ("ENQUEUE_RETRIES", "BACKOFF_JITTER"):
-        if hasattr(settings, f"DEBOUNCE_{name}"):
-            delattr(settings, f"DEBOUNCE_{name}")
+def test_defaults_pass_e015_and_e016(unset):
+    unset("ENQUEUE_RETRIES", "BACKOFF_JITTER")
     assert checks.check_settings() == []
 
 
