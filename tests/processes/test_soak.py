@@ -10,10 +10,11 @@ the workers drain every job, and the rows are judged (``tests/soak_checks.py``):
 
 * every call is accounted for: merged and bulk items each ran exactly once, in
   the run of the job their call returned; a debounced call's job ran once; an
-  expired job never ran; a shed or failed job has its dead letter; every job
+  expired job never ran (some always expire: the expiring task runs one at a
+  time, slower than its calls come); a shed or failed job has its dead letter; every job
   and dead letter is some call's; nothing is left READY or RUNNING;
 * a job ran (CallLog rows) as many times as its attempts say;
-* runs of one debounce key never overlapped, the cap of 2 was never exceeded,
+* runs of one debounce key never overlapped, the caps (2 and 1) were never exceeded,
   and the starts of the rate-limited tasks keep their buckets' exact rule;
 * each worker's resident set (``VmRSS``) after the drain is within 10 % of what
   it was 10 s into the run (a leak in a loop that runs per claim or per job
@@ -187,6 +188,7 @@ def soak(tmp_path, seconds: float) -> None:
     problems = account(calls, rows, tasks_soak.FAILING_RUNS)
     overlaps = keyed_overlaps(rows.runs)
     capped = [(r["started"], r["finished"]) for r in rows.runs if r["task"] == "soak.capped"]
+    expiring = [(r["started"], r["finished"]) for r in rows.runs if r["task"] == "soak.expiring"]
     breaches = {}
     for name in ("soak.rated", "soak.dropped"):
         options = tasks_soak.DECLARATIONS[name][1]
@@ -214,6 +216,7 @@ def soak(tmp_path, seconds: float) -> None:
     assert not problems, f"{len(problems)} problems, the first: {problems[:20]}"
     assert not overlaps, f"runs of one key overlapped: {overlaps[:10]}"
     assert most_overlapping(capped) <= 2
+    assert most_overlapping(expiring) <= 1
     for name, breach in breaches.items():
         assert breach is None or breach.excess <= 1e-9, f"{name}: rate exceeded: {breach}"
     assert kinds["merged"] and kinds["bulk"] and statuses["EXPIRED"] and statuses["SHED"]
