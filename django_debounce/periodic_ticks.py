@@ -43,6 +43,10 @@ class PeriodicTick(models.Model):
     class Meta:
         app_label = "django_debounce"
         ordering = ["-tick", "-id"]
+        indexes = [
+            # The admin's unfiltered page, newest first (a filtered one reads the unique index).
+            models.Index(fields=["tick"], name="debounce_tick_at"),
+        ]
         constraints = [
             models.UniqueConstraint(fields=["schedule", "tick"], name="debounce_tick_once"),
         ]
