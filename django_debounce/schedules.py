@@ -177,6 +177,14 @@ def _check(schedule: Schedule, task_name: str, signature: inspect.Signature) -> 
         raise ConfigurationError(
             f"{where}: name= must be text of 1 to {MAX_NAME_LENGTH} characters, got {name!r}."
         )
+    if isinstance(schedule.args, str | bytes) or not isinstance(schedule.args, Sequence):
+        raise ConfigurationError(f"{where}: args= must be a tuple or list, got {schedule.args!r}.")
+    if not isinstance(schedule.kwargs, Mapping) or not all(
+        isinstance(k, str) for k in schedule.kwargs
+    ):
+        raise ConfigurationError(
+            f"{where}: kwargs= must be a dict with str keys, got {schedule.kwargs!r}."
+        )
     args, kwargs = list(schedule.args), dict(schedule.kwargs)
     bound_kwargs = {**kwargs, "tick": datetime.now().astimezone()} if schedule.pass_tick else kwargs
     try:

@@ -184,7 +184,10 @@ class PeriodicScheduler:
             return {}
         now = now or timezone.now()
         done: dict[str, str] = {}
-        for periodic in registered_schedules():
+        current = registered_schedules()
+        for gone in set(self._next) - {p.name for p in current}:
+            del self._next[gone]  # unregistered (tests): never a tick to wake for
+        for periodic in current:
             name, schedule = periodic.name, periodic.schedule
             cap = schedule.lateness()
             if name not in self._next:

@@ -86,6 +86,8 @@ def test_a_cron_string_and_the_decorator_declare_the_same_schedule(names):
         (Schedule("0 3 * * *", name=""), r"name= must be text of 1 to 200 characters"),
         ([Schedule("0 3 * * *"), Schedule("0 4 * * *")], r"two schedules are named .*own name="),
         (42, r"schedule= takes a cron string"),
+        (Schedule("0 3 * * *", args="ab"), r"args= must be a tuple or list, got 'ab'"),
+        (Schedule("0 3 * * *", kwargs=[("a", 1)]), r"kwargs= must be a dict with str keys"),
     ],
 )
 def test_a_bad_declaration_raises_naming_the_task_and_the_fix(names, schedule, message):

@@ -249,3 +249,25 @@ def test_racing_schedulers_insert_one_job_per_tick(declare):
     assert Job.objects.filter(task_name="per.race").count() == 10
     assert PeriodicTick.objects.count() == 10
     assert sorted(PeriodicTick.objects.values_list("tick", flat=True)) == ticks
+
+
+@pytest.mark.django_db
+def test_a_schedule_gone_from_the_registry_is_not_waited_for(clock, declare):
+    declare("per.gone", Schedule("*/5 * * * *", tz="UTC"))
+    scheduler = PeriodicScheduler()
+    clock(at=T + MINUTE)
+    scheduler.defer_due()
+    assert scheduler.next_tick() == T + 5 * MINUTE
+    registry.unregister("per.gone")
+    clock(at=T + 6 * MINUTE)
+    assert scheduler.defer_due() == {} and scheduler.next_tick() is None
+
+
+@pytest.mark.django_db
+def test_the_command_line_no_periodic_flag_defers_nothing(clock, declare):
+    declare("per.flag", Schedule("*/5 * * * *", tz="UTC"))
+    clock(at=T + MINUTE)
+    call_command("run_debounce_worker", "--burst", "--no-periodic")
+    assert jobs("per.flag") == []
+    call_command("run_debounce_worker", "--burst")
+    assert [j.status for j in jobs("per.flag")] == [Job.Status.SUCCESSFUL]
