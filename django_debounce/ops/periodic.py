@@ -20,6 +20,9 @@ the winner first looks at the job of the schedule's previous tick: while it is
 READY or RUNNING, the tick is recorded as skipped (``outcome="overlap"``) and
 no job is written (decision 179).
 
+The winner also deletes the schedule's rows older than :data:`TICK_RETENTION`
+(a week), so the table stays about a week of ticks per schedule.
+
 Between ticks a scheduler costs no query: the next tick of each schedule is
 kept in memory, and :meth:`PeriodicScheduler.next_tick` tells an idle loop
 when to wake.
@@ -43,6 +46,9 @@ from ..schedules import Schedule
 
 logger = logging.getLogger("django_debounce.periodic")
 
+#: How long a schedule's ticks are kept: the winner of a tick deletes the schedule's older
+#: rows in its transaction (one indexed DELETE), so the table holds about a week per schedule.
+TICK_RETENTION = timedelta(days=7)
 #: Seconds a loop sleeps past a tick, so that it wakes with the clock past the tick.
 TICK_SLACK = 0.01
 #: The outcomes :func:`defer_tick` reports besides an enqueue's (``created``, ...).
@@ -123,6 +129,8 @@ def defer_tick(periodic: Periodic, tick: datetime, *, scheduler_id: str = "") ->
         job = enqueue_call(periodic.task, periodic.task.name, list(schedule.args), kwargs, {})
         row.job_id, row.outcome = job.pk, job.outcome
         row.save(update_fields=["job_id", "outcome"], using=db)
+        # The overlap check above was the last reader of the older rows.
+        ticks.filter(schedule=name, tick__lt=min(tick, row.deferred_at - TICK_RETENTION)).delete()
     logger.info(
         "periodic %s: tick %s deferred as job %s (%s)",
         name,
@@ -285,6 +293,7 @@ def schedule_rows(
 
 __all__ = [
     "TAKEN",
+    "TICK_RETENTION",
     "TICK_SLACK",
     "Periodic",
     "PeriodicScheduler",

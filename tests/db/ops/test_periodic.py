@@ -271,3 +271,20 @@ def test_the_command_line_no_periodic_flag_defers_nothing(clock, declare):
     assert jobs("per.flag") == []
     call_command("run_debounce_worker", "--burst")
     assert [j.status for j in jobs("per.flag")] == [Job.Status.SUCCESSFUL]
+
+
+@pytest.mark.django_db
+def test_a_won_tick_deletes_the_schedules_ticks_older_than_a_week(clock, declare):
+    declare("per.daily_a", Schedule("0 12 * * *", tz="UTC", overlap=True))
+    declare("per.daily_b", Schedule("0 12 * * *", tz="UTC", overlap=True))
+    scheduler = PeriodicScheduler()
+    for day in range(9):
+        clock(at=T + dt.timedelta(days=day, seconds=1))
+        scheduler.defer_due()
+    for name in ("per.daily_a", "per.daily_b"):
+        kept = PeriodicTick.objects.filter(schedule=name).order_by("tick")
+        # Day 8's tick, deferred at 12:00:01, deleted the rows older than 7 days: days 0 and 1.
+        assert list(kept.values_list("tick", flat=True)) == [
+            T + dt.timedelta(days=day) for day in range(2, 9)
+        ]
+        assert Job.objects.filter(task_name=name).count() == 9
