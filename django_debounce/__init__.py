@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from .breaker import CircuitBreaker
 from .context import JobContext
-from .tasks import Task, debounced_task, task
+from .schedules import Schedule
+from .tasks import Task, debounced_task, periodic_task, task
 
 if TYPE_CHECKING:
     from .models import Job
@@ -30,11 +31,13 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree
 __all__ = [
     "CircuitBreaker",
     "JobContext",
+    "Schedule",
     "Task",
     "__version__",
     "debounced_task",
     "enqueue",
     "enqueue_many",
+    "periodic_task",
     "task",
 ]
 

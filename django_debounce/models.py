@@ -398,3 +398,7 @@ class DeadLetter(models.Model):
         """
         config = cast(_DeadLetterRetrier, apps.get_app_config(self._meta.app_label))
         return config.retry_dead_letter(self, force=force)
+
+
+# Its own module (decision 177); re-exported so every model is importable from here.
+from .periodic_ticks import PeriodicTick as PeriodicTick  # noqa: E402

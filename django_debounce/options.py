@@ -103,6 +103,9 @@ class TaskOptions:
     executor: str | None = None
     """Who runs the task's jobs: ``"worker"`` or ``"celery"``; ``None``: ``DEBOUNCE_EXECUTOR``
     (issue #10, decision 85)."""
+    schedule: tuple[object, ...] = ()
+    """The task's :class:`~django_debounce.schedules.Schedule` objects (checked by
+    :func:`~django_debounce.schedules.declare_schedules` at registration; decision 177)."""
     origin: InitVar[Origin | None] = None
     """Who the options are checked for (not stored); ``None``: a declaration."""
 

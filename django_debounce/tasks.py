@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
 from . import registry
 from .conf import settings
 from .exceptions import ConfigurationError
-from .options import TaskOptions, declare
+from .options import Origin, TaskOptions, declare
+from .schedules import Schedule, declare_schedules
 from .task_stacking import adopt, missing_attribute
 from .validators import check_task_name
 
@@ -23,7 +25,7 @@ if TYPE_CHECKING:
     from .models import Job
     from .ops.window_handles import Window, Windows
 
-__all__ = ["Task", "TaskOptions", "call_signature", "debounced_task", "task"]
+__all__ = ["Task", "TaskOptions", "call_signature", "debounced_task", "periodic_task", "task"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -249,8 +251,29 @@ def _make(func: Callable[P, R], name: str | None, options: Mapping[str, object])
     created: Task[P, R] = Task(
         func, name=task_name, options=declare(f"task {task_name!r}", options)
     )
+    if created.options.schedule:
+        where = f"task {task_name!r}"
+        schedules = declare_schedules(
+            created.options.schedule, task_name=task_name, signature=created.signature
+        )
+        _check_schedule_names(task_name, schedules)
+        created.options = replace(created.options, schedule=schedules, origin=Origin(where))
     registry.register(created)
     return created
+
+
+def _check_schedule_names(task_name: str, schedules: tuple[Schedule, ...]) -> None:
+    """Refuse a schedule name another registered task's schedule holds (decision 177)."""
+    mine = {s.name or task_name for s in schedules}
+    for other in registry.all_tasks().values():
+        if other.name == task_name:
+            continue
+        taken = mine & {getattr(s, "name", None) for s in other.options.schedule}
+        if taken:
+            raise ConfigurationError(
+                f"task {task_name!r}: schedule name(s) {sorted(taken)} already belong to "
+                f"task {other.name!r}; give the Schedule another name=."
+            )
 
 
 @overload
@@ -341,3 +364,53 @@ def debounced_task(
         return _make(f, name, {**options, "debounce": debounce})
 
     return decorator
+
+
+def periodic_task(
+    cron: str,
+    /,
+    *,
+    tz: str | None = None,
+    args: tuple[Any, ...] | list[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    schedule_name: str | None = None,
+    overlap: bool = False,
+    pass_tick: bool = False,
+    max_lateness: DurationLike | None = None,
+    **options: Any,
+) -> Callable[[Callable[P, R]], Task[P, R]]:
+    """Register a task that also runs on a cron schedule (docs/howto/periodic-tasks.md).
+
+    ``@periodic_task("0 3 * * *", tz="Europe/Paris")`` is
+    ``@task(schedule=Schedule("0 3 * * *", tz="Europe/Paris"))``: an
+    ordinary task (``delay()`` still enqueues it; every option of
+    :func:`task` applies to its periodic jobs too, flow control included)
+    whose ticks the built-in worker and the Celery dispatcher defer, one
+    job per tick (decision 177).
+
+    Args:
+        cron: a five-field cron expression (or six, seconds first), read by cronsim.
+        tz: an IANA zone name; ``None``: Django's ``TIME_ZONE``.
+        args, kwargs: the fixed arguments of every periodic job.
+        schedule_name: the schedule's name (default: the task's name).
+        overlap: defer a tick even while the previous tick's job is READY or RUNNING.
+        pass_tick: pass the tick's instant as the keyword argument ``tick``.
+        max_lateness: how late a tick may still be deferred (a duration;
+            ``None``: ``DEBOUNCE_PERIODIC_MAX_LATENESS``).
+        **options: any option of :func:`task` (``name``, ``queue``, ``rate_limit``, ...).
+
+    Raises:
+        ConfigurationError: at decoration: a bad cron expression, an unknown
+            zone, arguments that do not fit the function, or any error of :func:`task`.
+    """
+    schedule = Schedule(
+        cron,
+        tz=tz,
+        args=tuple(args),
+        kwargs=dict(kwargs or {}),
+        name=schedule_name,
+        overlap=overlap,
+        pass_tick=pass_tick,
+        max_lateness=max_lateness,
+    )
+    return task(**options, schedule=schedule)  # type: ignore[no-any-return]

@@ -17,7 +17,8 @@ the table. Paginator, filters and display helpers live in :mod:`.helpers`.
 One module per page family, each registering its ModelAdmins on import:
 :mod:`.base` (the read-only bases, :data:`~.base.MAX_ACTION_ROWS`),
 :mod:`.window_actions` ("Run now" and "Cancel"), :mod:`.jobs` (jobs, open
-windows), :mod:`.dead_letters` and :mod:`.flow_state` (task and queue state).
+windows), :mod:`.dead_letters`, :mod:`.flow_state` (task and queue state) and
+:mod:`.periodic` (periodic ticks).
 Importing this package (Django's admin autodiscovery) imports them all; the
 names are re-exported here.
 """
@@ -26,6 +27,7 @@ from .base import MAX_ACTION_ROWS, CallDisplayAdmin, ReadOnlyAdmin
 from .dead_letters import DeadLetterAdmin
 from .flow_state import QueueStateAdmin, TaskStateAdmin
 from .jobs import RUN_REASONS, JobAdmin, OpenWindowAdmin
+from .periodic import PeriodicTickAdmin
 from .window_actions import WindowActionsAdmin
 
 __all__ = [
@@ -35,6 +37,7 @@ __all__ = [
     "DeadLetterAdmin",
     "JobAdmin",
     "OpenWindowAdmin",
+    "PeriodicTickAdmin",
     "QueueStateAdmin",
     "ReadOnlyAdmin",
     "TaskStateAdmin",

@@ -312,6 +312,15 @@ class Settings:
         "A duration such as '10m' (how long a job of a task this process does not "
         "know is put back before it is dead-lettered), or 0 to dead-letter it at once.",
     )
+    #: How late a periodic tick may still be deferred; after a downtime only the latest
+    #: missed tick within it runs (decision 178).
+    periodic_max_lateness = Setting(
+        "DEBOUNCE_PERIODIC_MAX_LATENESS",
+        "10m",
+        _duration("DEBOUNCE_PERIODIC_MAX_LATENESS"),
+        "E046",
+        _duration_hint("DEBOUNCE_PERIODIC_MAX_LATENESS"),
+    )
 
     # -- Django's own -----------------------------------------------------------------------
     #: Django's ``USE_TZ``, which the package needs True (check E011, a named check; §4.7).

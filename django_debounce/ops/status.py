@@ -30,6 +30,7 @@ from ..flow import redis_buckets
 from ..flow.hold_reasons import flow_view
 from ..flow.rules import live_lease
 from ..models import DeadLetter, Job, TaskState
+from .periodic import schedule_rows
 from .text_width import cut_dotted, cut_end, cut_middle, display_width, pad
 
 #: Open windows listed, busiest (most calls) first.
@@ -65,7 +66,7 @@ def collect_status(
 
     Returns:
         ``{"now", "queues", "windows", "dead_letters", "breakers", "buckets",
-        "workers"}``: ``queues`` is a list of ``{"queue", "ready", "due",
+        "workers", "schedules"}``: ``queues`` is a list of ``{"queue", "ready", "due",
         "running", "oldest_due_age" (seconds or None), "runs_last_minute"}``;
         ``windows`` of ``{"id", "task_name", "key", "queue", "calls" (the
         job's ``enqueue_count``), "opened_at", "deadline", "max_run_at"}``;
@@ -73,7 +74,9 @@ def collect_status(
         ``breakers`` of ``{"task_name", "state", "failures", "opened_at",
         "reset_due_at"}`` (not closed); ``buckets`` of ``{"task_name",
         "tokens", "capacity", "next_token_at"}`` holding less than one token;
-        ``workers`` of ``{"worker_id", "running", "lease_expires_at"}``.
+        ``workers`` of ``{"worker_id", "running", "lease_expires_at"}``;
+        ``schedules`` the periodic schedules this process registered
+        (:func:`~django_debounce.ops.periodic.schedule_rows`: next and last tick).
         Datetimes are ISO 8601 strings.
     """
     now = now or timezone.now()
@@ -113,6 +116,7 @@ def collect_status(
         "dead_letters": _dead_letters(now, using),
         **_flow_control(now, using),
         "workers": _workers(jobs, now),
+        "schedules": schedule_rows(now=now, using=using),
     }
 
 
@@ -337,6 +341,12 @@ def render_status(snapshot: dict[str, Any], *, width: int = 80, height: int | No
         f" running, lease {_until(w['lease_expires_at'], now)}"
         for w in snapshot["workers"]
     ]
+    schedules = [
+        f"  {pad(cut_middle(p['name'], task_col - 14), task_col - 14)} {p['cron']:<13}"
+        f" next {_until(p['next_tick'], now)}, last {_until(p['last_tick'], now)}"
+        f" {p['last_outcome'] or ''}"
+        for p in snapshot.get("schedules", ())
+    ]
     parts: list[tuple[list[str], list[str], str]] = [
         (
             [
@@ -354,6 +364,8 @@ def render_status(snapshot: dict[str, Any], *, width: int = 80, height: int | No
         (["", f"exhausted token buckets: {len(buckets)}"], buckets, ""),
         (["", f"live workers (RUNNING jobs under a live lease): {len(workers)}"], workers, ""),
     ]
+    if schedules:  # only where periodic tasks are declared (decision 177)
+        parts.append((["", "periodic schedules (next tick, last tick)"], schedules, ""))
     # An empty list's "(none …)" line belongs to its heading: never traded for "… more".
     sections: list[Section] = [
         (head + ([f"  {empty}"] if empty and not rows else []), rows, len(rows))

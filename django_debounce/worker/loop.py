@@ -1,17 +1,13 @@
 """The worker: the loop that claims due jobs, runs them and records the outcome (contract §7, §11).
 
-:class:`Worker` takes keyword-only options (the ``run_debounce_worker``
-command only maps its flags onto it). This module is the loop alone: claims
-(with a prefetch once the queue is busy, decision 121), threads and lease
-keeping; signals, shutdown and putting claimed jobs back are
-:mod:`django_debounce.worker.stop`. It claims with
-:func:`django_debounce.claim.claiming.claim_batch`, runs each job with
-:func:`django_debounce.run.execution.run_job` (which records a failure through
-:mod:`django_debounce.run.outcomes` at once and hands a plain success to the
-worker's :class:`~django_debounce.run.success_batches.SuccessBatch`, written in
-batches, decision 120; every write fenced on the run, §11) and keeps leases
-with :mod:`django_debounce.run.leases`. Tasks run outside any transaction.
-"""
+:class:`Worker` takes keyword-only options (``run_debounce_worker`` maps its flags
+onto them). This module is the loop alone: claims (with a prefetch once the queue is
+busy, decision 121), threads, lease keeping and periodic ticks
+(:mod:`django_debounce.ops.periodic`); signals, shutdown and putting jobs back are
+:mod:`django_debounce.worker.stop`. Each job runs through
+:func:`django_debounce.run.execution.run_job` (a failure recorded at once, a success
+batched by :class:`~django_debounce.run.success_batches.SuccessBatch`, decision 120;
+every write fenced on the run, §11), outside any transaction."""
 
 from __future__ import annotations
 
@@ -41,6 +37,7 @@ from ..claim.claiming import claim_batch
 from ..conf import settings
 from ..db_errors import ReconnectBackoff
 from ..models import Job
+from ..ops.periodic import PeriodicScheduler
 from ..ops.sweep import SweepSchedule
 from ..run import leases
 from ..run.execution import run_job
@@ -89,6 +86,7 @@ class Worker(WorkerStop):
         worker_id: identity recorded on claimed jobs (default host:pid:random).
         handle_signals: install SIGTERM/SIGINT handlers (main thread only).
         using: database alias.
+        periodic: defer the due ticks of periodic tasks on each poll (``--no-periodic``: off).
     """
 
     def __init__(
@@ -106,6 +104,7 @@ class Worker(WorkerStop):
         using: str | None = None,
         prefetch: int | None = None,
         success_flush_interval: float | None = None,
+        periodic: bool = True,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency={concurrency} must be at least 1")
@@ -139,6 +138,7 @@ class Worker(WorkerStop):
         self._claimed_total = 0
         self._next_maintenance = 0.0
         self._sweep_schedule = SweepSchedule()
+        self._periodic = PeriodicScheduler(scheduler_id=self.worker_id, enabled=periodic)
         self._idle = True
         self._job_seconds: float | None = None  # moving average of a job's run time
         self._stopping = threading.Event()
@@ -221,7 +221,8 @@ class Worker(WorkerStop):
         return min(self.prefetch, int(self.concurrency * PREFETCH_HORIZON / max(seconds, 1e-6)))
 
     def _maintain(self) -> None:
-        """Reclaim lapsed leases (at start, then at most once per poll interval)."""
+        """Defer due periodic ticks; reclaim lapsed leases (at start, then at most once a poll)."""
+        self._periodic.defer_due()
         if time.monotonic() < self._next_maintenance:
             return
         leases.reclaim_expired_leases(using=self.using, exclude_ids=self._held_ids())
@@ -368,7 +369,7 @@ class Worker(WorkerStop):
                         free=max(1, self.concurrency - len(self._in_flight)),
                         since=self._claimed_at,
                     )
-                self._wait(self._successes.cap_wait(timeout))
+                self._wait(self._successes.cap_wait(self._periodic.cap_wait(timeout)))
         finally:
             waker.stop()
             self._drain(threads)

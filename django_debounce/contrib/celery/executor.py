@@ -43,6 +43,7 @@ from ...db_errors import ReconnectBackoff
 from ...exceptions import JobFailedError, JobRetryError
 from ...flow.start_rules import expired_at_start
 from ...models import Job
+from ...ops.periodic import PeriodicScheduler
 from ...ops.sweep import SweepSchedule
 from ...run import leases, outcomes
 from ...run.execution import run_job
@@ -61,6 +62,8 @@ DISPATCH_TASK = "django_debounce.dispatch"
 #: When this process next runs the dead-letter auto-retry sweep (§8, §11): the scheduler runs
 #: it, since a deployment on Celery may have no built-in worker to do so.
 _sweep_schedule = SweepSchedule()
+#: The periodic ticks ``dispatch_due`` defers when called without a scheduler (the beat task).
+_periodic = PeriodicScheduler()
 #: This process's look-out for hand-offs nobody takes (warned once per job).
 _untaken = UntakenWatch()
 
@@ -79,6 +82,7 @@ def dispatch_due(
     using: str | None = None,
     app: Any = None,
     stopping: threading.Event | None = None,
+    periodic: PeriodicScheduler | None = None,
 ) -> int:
     """Hand every due job of Celery-executor tasks to Celery, up to ``limit``; return how many.
 
@@ -94,7 +98,9 @@ def dispatch_due(
     no Celery worker took 10 s after they were handed off
     (:class:`~django_debounce.contrib.celery.handoff_watch.UntakenWatch`). Once ``stopping``
     is set it claims no more and publishes no more
-    (:func:`~django_debounce.contrib.celery.routing.publish`).
+    (:func:`~django_debounce.contrib.celery.routing.publish`). It first defers
+    the due ticks of periodic tasks (``periodic``, default this process's
+    scheduler; :mod:`django_debounce.ops.periodic`), so their jobs go out in the same round.
 
     Raises:
         ConfigurationError: Celery is missing or a setting is invalid.
@@ -104,6 +110,7 @@ def dispatch_due(
     scheduler_id = scheduler_id or default_scheduler_id()
     app = app if app is not None else celery_app()
     queue_list = sorted(set(queues or ()))
+    (periodic or _periodic).defer_due()
     leases.reclaim_expired_leases(using=using)
     _sweep_schedule.run_if_due(
         using=using, lease=settings.lease, stopping=threading.Event(), renew=lambda: None
@@ -170,6 +177,8 @@ class Dispatcher:
         scheduler_id: identity (default host:pid:random).
         handle_signals: SIGTERM/SIGINT stop the loop (main thread only).
         using: database alias.
+        periodic: defer the due ticks of periodic tasks each round, and wake for
+            the next one (``--no-periodic``: off).
     """
 
     def __init__(
@@ -182,6 +191,7 @@ class Dispatcher:
         scheduler_id: str | None = None,
         handle_signals: bool = True,
         using: str | None = None,
+        periodic: bool = True,
     ) -> None:
         if batch < 1:
             raise ValueError(f"batch={batch} must be at least 1")
@@ -193,6 +203,7 @@ class Dispatcher:
         self.handle_signals = handle_signals
         self.using = using or router.db_for_write(Job) or DEFAULT_DB_ALIAS
         self.dispatched = 0
+        self._periodic = PeriodicScheduler(scheduler_id=self.scheduler_id, enabled=periodic)
         self._stopping = threading.Event()
         # Set by the wake-up (LISTEN/NOTIFY or Redis, docs/howto/wakeup.md) and by stop().
         self._wake = threading.Event()
@@ -237,6 +248,7 @@ class Dispatcher:
                         using=self.using,
                         app=app,
                         stopping=self._stopping,
+                        periodic=self._periodic,
                     )
                     outage.succeeded()
                 except (DatabaseError, InterfaceError) as exc:
@@ -255,7 +267,7 @@ class Dispatcher:
                         free=self.batch,
                         since=claimed_at,
                     )
-                    if self._wake.wait(timeout):
+                    if self._wake.wait(self._periodic.cap_wait(timeout)):
                         self._wake.clear()
         finally:
             waker.stop()

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import difflib
 import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from django.apps import apps
@@ -38,7 +38,8 @@ from ...breaker import CircuitBreaker
 from ...enqueueing.call import enqueue_call
 from ...exceptions import ConfigurationError, PayloadError
 from ...job_ids import storable_ids
-from ...options import declare
+from ...options import Origin, declare
+from ...schedules import declare_schedules
 from ...tasks import call_signature
 from ...validators import check_queue, check_task_name
 from .results import (
@@ -88,6 +89,7 @@ class DebounceTask(Task):  # type: ignore[type-arg]
     concurrency: int | None = None
     circuit_breaker: CircuitBreaker | None = None
     executor: str | None = None
+    schedule: Any = None
 
     def __new__(cls, *args: Any, **kwargs: Any) -> DebounceTask:
         """Refuse an unknown ``@task`` keyword with the package's error, naming the likely one.
@@ -316,4 +318,7 @@ def _entry(task: Task[..., Any], backend: type[BaseTaskBackend]) -> DjangoTaskEn
     name = check_task_name(task.module_path)
     options = declare(f"task {name!r}", _declared_options(task))
     signature = call_signature(task.func, takes_context=task.takes_context, where=f"task {name!r}")
+    if options.schedule:  # periodic (decision 177): checked against the function, as @task does
+        schedules = declare_schedules(options.schedule, task_name=name, signature=signature)
+        options = replace(options, schedule=schedules, origin=Origin(f"task {name!r}"))
     return DjangoTaskEntry(task, name=name, options=options, signature=signature, backend=backend)

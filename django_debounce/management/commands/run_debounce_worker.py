@@ -140,6 +140,13 @@ class Command(BaseCommand):
             ),
         )
 
+        parser.add_argument(
+            "--no-periodic",
+            action="store_false",
+            dest="periodic",
+            help="Defer no ticks of periodic tasks here (docs/howto/periodic-tasks.md).",
+        )
+
     def handle(self, *args: Any, **options: Any) -> None:
         # call_command() hands keyword options over without argparse's type= checks.
         for name, parse in (
@@ -176,6 +183,7 @@ class Command(BaseCommand):
                 poll_interval=options["poll_interval"],
                 burst=options["burst"],
                 scheduler_id=options["worker_id"],
+                periodic=options.get("periodic", True),
             ).run()
             return
         Worker(
@@ -185,4 +193,5 @@ class Command(BaseCommand):
             max_jobs=options["max_jobs"],
             poll_interval=options["poll_interval"],
             worker_id=options["worker_id"],
+            periodic=options.get("periodic", True),
         ).run()
