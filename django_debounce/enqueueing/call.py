@@ -46,6 +46,7 @@ from ..signals import job_enqueued, send_signal
 from ..validators import check_task_name
 from . import upsert
 from .contention import contended
+from .edges import EdgeRaceError, write_edge
 from .planning import plan_call
 
 __all__ = ["Plan", "contended", "enqueue", "enqueue_call", "is_contention", "plan_call", "write"]
@@ -162,8 +163,9 @@ def _write_retrying(plan: Plan, now: datetime, db: str) -> Job:
     budget = max(1, settings.enqueue_retries)
     last: Exception | None = None
     # One INSERT … ON CONFLICT slides or opens the window (no read, no row lock first).
-    by_upsert = plan.window_key is not None and plan.merge is None and upsert.supported(db)
-    # Dependency edges are written beside the job, so such a call needs a transaction.
+    by_upsert = _by_upsert(plan, db)
+    # Dependency edges are written beside the job, and a leading or both edge reads
+    # its burst before writing (decision 180), so such a call needs a transaction.
     one_statement = not plan.depends_on and (
         by_upsert or (plan.window_key is None and plan.unique_lock is None)
     )
@@ -177,6 +179,8 @@ def _write_retrying(plan: Plan, now: datetime, db: str) -> Job:
         except _StaleWindowError:
             expire_stale(plan, now, db)
             continue
+        except EdgeRaceError:
+            continue
         except (IntegrityError, OperationalError) as exc:
             last = contended(exc, f"enqueue of {plan.task_name!r}", "this call", db, attempt)
     raise EnqueueContentionError(
@@ -188,7 +192,12 @@ def _write_retrying(plan: Plan, now: datetime, db: str) -> Job:
 def _write_atomic(plan: Plan, now: datetime, db: str, by_upsert: bool) -> Job:
     """Write ``plan`` inside a transaction: its dependencies locked, then slid or inserted."""
     dependency_failed = _lock_dependencies(plan, db) if plan.depends_on else False
-    job = _slide_or_insert(plan, now, db) if by_upsert else _write_once(plan, now, db)
+    if plan.edge != "trailing" and plan.window_key is not None:
+        job = write_edge(plan, now, db)
+    elif by_upsert:
+        job = _slide_or_insert(plan, now, db)
+    else:
+        job = _write_once(plan, now, db)
     if plan.depends_on and job.outcome == "created":
         _link_dependencies(job, plan, now, db, dependency_failed)
     return job
@@ -201,13 +210,25 @@ def write_locked(plan: Plan, now: datetime, db: str) -> Job:
     opens a new one, as :func:`write` does. Contention errors propagate: the
     caller retries its whole transaction.
     """
-    by_upsert = plan.window_key is not None and plan.merge is None and upsert.supported(db)
+    by_upsert = _by_upsert(plan, db)
     while True:
         try:
             with transaction.atomic(using=db):
                 return _write_atomic(plan, now, db, by_upsert)
         except _StaleWindowError:
             expire_stale(plan, now, db)
+        except EdgeRaceError:
+            continue
+
+
+def _by_upsert(plan: Plan, db: str) -> bool:
+    """True when one ``INSERT … ON CONFLICT`` writes the call: a trailing window, no merge."""
+    return (
+        plan.window_key is not None
+        and plan.merge is None
+        and plan.edge == "trailing"
+        and upsert.supported(db)
+    )
 
 
 def _lock_dependencies(plan: Plan, db: str) -> bool:
