@@ -28,12 +28,14 @@ calls never run two leading jobs for one burst (§4.4).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db.models import F
 
 from ..models import Job
 from ..options import Plan
+from . import upsert
+from .rows import apply_slide, new_job
 
 Status = Job.Status
 #: Statuses of a job that ended without running: its burst is closed with it.
@@ -52,7 +54,7 @@ def burst_rows(key_hash: str, now: datetime, db: str, *, lock: bool = True) -> l
     return list(qs[:2])
 
 
-def open_burst(rows: Sequence[Job], plan: Plan, now: datetime) -> list[Job]:
+def open_burst(rows: Sequence[Job], window: timedelta, now: datetime) -> list[Job]:
     """Return the rows of the burst open at ``now`` among ``rows`` (newest first), else ``[]``.
 
     The newest row carries the burst: its ``last_enqueued_at`` is the burst's
@@ -63,9 +65,7 @@ def open_burst(rows: Sequence[Job], plan: Plan, now: datetime) -> list[Job]:
     if not rows:
         return []
     newest = rows[0]
-    assert plan.window is not None and newest.max_run_at is not None
-    closes = min(newest.last_enqueued_at + plan.window, newest.max_run_at)
-    if newest.status in ENDED_UNRUN or now >= closes:
+    if newest.status in ENDED_UNRUN or now >= closes_at(newest, window):
         return []
     same = [
         job
@@ -73,6 +73,12 @@ def open_burst(rows: Sequence[Job], plan: Plan, now: datetime) -> list[Job]:
         if job.opened_at == newest.opened_at and job.max_run_at == newest.max_run_at
     ]
     return [newest, *same]
+
+
+def closes_at(newest: Job, window: timedelta) -> datetime:
+    """Return when the burst whose newest row is ``newest`` closes: ``min(last call + window, ceiling)``."""
+    assert newest.max_run_at is not None
+    return min(newest.last_enqueued_at + window, newest.max_run_at)
 
 
 def write_edge(plan: Plan, now: datetime, db: str) -> Job:
@@ -88,10 +94,8 @@ def write_edge(plan: Plan, now: datetime, db: str) -> Job:
         EdgeRaceError: another call opened a burst of the key meanwhile (retry).
         ConfigurationError: the ``debounce_merge`` function returned no call.
     """
-    from .call import _slide  # noqa: PLC0415  (call imports this module)
-
     assert plan.window_key is not None and plan.window is not None
-    burst = open_burst(burst_rows(plan.window_key, now, db), plan, now)
+    burst = open_burst(burst_rows(plan.window_key, now, db), plan.window, now)
     if not burst:
         return _open(plan, now, db)
     newest = burst[0]
@@ -106,7 +110,10 @@ def write_edge(plan: Plan, now: datetime, db: str) -> Job:
         newest.outcome = "debounced"
         return newest
     if len(burst) > 1 and newest.window_key is not None:
-        return _slide(newest, plan, now, db)  # the trailing job gathers the call (§4.2)
+        # The trailing job gathers the call, as a trailing window does (§4.2).
+        newest.save(update_fields=apply_slide(newest, plan, now), using=db)
+        newest.outcome = "debounced"
+        return newest
     # The burst's second call (or the first after a flushed trailing job ran): the
     # trailing job, which takes the key's window_key from the leading job.
     if newest.window_key is not None:
@@ -131,7 +138,8 @@ def _open(plan: Plan, now: datetime, db: str) -> Job:
     Job.objects.using(db).filter(window_key=plan.window_key).update(window_key=None)
     job = _insert(plan, now, db, opened_at=now, ceiling=now + plan.max_wait, run_at=now)
     others = [row for row in burst_rows(plan.window_key, now, db) if row.pk != job.pk]
-    if open_burst(others[:1], plan, now):
+    assert plan.window is not None
+    if open_burst(others[:1], plan.window, now):
         raise EdgeRaceError
     return job
 
@@ -139,9 +147,6 @@ def _open(plan: Plan, now: datetime, db: str) -> Job:
 def _insert(
     plan: Plan, now: datetime, db: str, *, opened_at: datetime, ceiling: datetime, run_at: datetime
 ) -> Job:
-    from . import upsert  # noqa: PLC0415
-    from .call import new_job  # noqa: PLC0415  (call imports this module)
-
     job = new_job(plan, now)
     job.opened_at, job.max_run_at, job.run_at = opened_at, ceiling, run_at
     if not upsert.insert(job, db):

@@ -49,7 +49,9 @@ def both(doc, revision=0):
     _log("edge.both", revision)
 
 
-@debounced_task(name="edge.both_last", debounce_edge="both", debounce_replace_payload=True, **WINDOW)
+@debounced_task(
+    name="edge.both_last", debounce_edge="both", debounce_replace_payload=True, **WINDOW
+)
 def both_last(doc, revision=0):
     _log("edge.both_last", revision)
 
@@ -59,7 +61,9 @@ def _max_revision(stored, new):
     return args, {"revision": max(kwargs.get("revision", 0), new_kwargs.get("revision", 0))}
 
 
-@debounced_task(name="edge.both_merged", debounce_edge="both", debounce_merge=_max_revision, **WINDOW)
+@debounced_task(
+    name="edge.both_merged", debounce_edge="both", debounce_merge=_max_revision, **WINDOW
+)
 def both_merged(doc, revision=0):
     _log("edge.both_merged", revision)
 
@@ -147,9 +151,7 @@ def test_a_cancelled_leading_job_closes_its_burst(clock, burst):
 # -- both ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("t", "trailing_revision"), [(both, 1), (both_last, 2), (both_merged, 2)]
-)
+@pytest.mark.parametrize(("t", "trailing_revision"), [(both, 1), (both_last, 2), (both_merged, 2)])
 def test_both_runs_the_leading_call_and_one_trailing_run_per_payload_mode(
     t, trailing_revision, clock, burst
 ):
@@ -271,3 +273,36 @@ def test_a_call_cannot_give_a_payload_option_or_an_edge_to_a_leading_task(
             leading.apply_async(args=(1,), debounce_replace_payload=True)
         with pytest.raises(ConfigurationError, match="unknown enqueue option"):
             both.apply_async(args=(1,), debounce_edge="leading")
+
+
+# -- window handles -----------------------------------------------------------------------
+
+
+def test_inspect_shows_the_edge_and_when_the_burst_closes(clock, burst):
+    leading.delay(1)
+    burst()
+    clock(seconds=4)
+    leading.delay(1, revision=1)
+    state = leading.window(1).inspect()
+    # The leading job ran; its burst still swallows calls until T+14.
+    assert state is not None
+    assert (state.edge, state.burst_until, state.open, state.status) == (
+        "leading",
+        s(14),
+        False,
+        "SUCCESSFUL",
+    )
+    assert (state.calls, state.payload) == (2, ((1,), {}))
+    clock(seconds=14)
+    assert leading.window(1).inspect() is None
+    both.delay(1)
+    both.delay(1, revision=1)
+    state = both.window(1).inspect()
+    assert state is not None
+    assert (state.edge, state.open, state.deadline, state.burst_until) == (
+        "both",
+        True,
+        s(24),
+        s(24),
+    )
+    assert state.payload == ((1,), {"revision": 1})
