@@ -17,8 +17,10 @@ newest first:
   call, with the burst's ``opened_at`` and ceiling; it takes the key's
   ``window_key`` from ``L`` and is slid as a trailing window is (§4.2).
 
-The burst is open at ``now`` while its newest row did not end unrun
-(CANCELLED, EXPIRED, SHED) and ``now < min(last call + window, ceiling)``.
+The burst is open at ``now`` while its newest row did not end without
+success (FAILED, CANCELLED, EXPIRED, SHED: the calls it swallowed were not
+served, so the next call opens a new burst) and ``now < min(last call +
+window, ceiling)``.
 Every write locks the burst's rows first (``SELECT … FOR UPDATE``); a call that
 opens a burst checks again after its insert that no other burst opened
 meanwhile (:class:`EdgeRaceError`: rolled back and tried again), so racing
@@ -38,8 +40,8 @@ from . import upsert
 from .rows import apply_slide, new_job
 
 Status = Job.Status
-#: Statuses of a job that ended without running: its burst is closed with it.
-ENDED_UNRUN = frozenset({Status.CANCELLED, Status.EXPIRED, Status.SHED})
+#: Statuses of a job that ended without success: its burst is closed with it.
+CLOSING = frozenset({Status.FAILED, Status.CANCELLED, Status.EXPIRED, Status.SHED})
 
 
 class EdgeRaceError(Exception):
@@ -65,7 +67,7 @@ def open_burst(rows: Sequence[Job], window: timedelta, now: datetime) -> list[Jo
     if not rows:
         return []
     newest = rows[0]
-    if newest.status in ENDED_UNRUN or now >= closes_at(newest, window):
+    if newest.status in CLOSING or now >= closes_at(newest, window):
         return []
     same = [
         job

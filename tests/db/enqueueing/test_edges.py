@@ -306,3 +306,11 @@ def test_inspect_shows_the_edge_and_when_the_burst_closes(clock, burst):
         s(24),
     )
     assert state.payload == ((1,), {"revision": 1})
+
+
+def test_a_failed_leading_job_closes_its_burst(clock, burst):
+    first = leading.delay(1)
+    Job.objects.filter(pk=first.pk).update(status="FAILED", window_key=None, finished_at=T)
+    clock(seconds=2)
+    again = leading.delay(1, revision=1)
+    assert (again.outcome, again.pk != first.pk, again.run_at) == ("created", True, s(2))
