@@ -314,3 +314,16 @@ def test_a_failed_leading_job_closes_its_burst(clock, burst):
     clock(seconds=2)
     again = leading.delay(1, revision=1)
     assert (again.outcome, again.pk != first.pk, again.run_at) == ("created", True, s(2))
+
+
+def test_statements_of_an_edge_call(clock, django_assert_num_queries):
+    """Each edge call is one savepoint (two statements) around its reads and writes."""
+    with django_assert_num_queries(2 + 4):  # lock the burst, free window_key, insert, re-read
+        leading.delay(1)
+    with django_assert_num_queries(2 + 2):  # lock the burst, count the swallowed call
+        leading.delay(1)
+    both.delay(1)
+    with django_assert_num_queries(2 + 3):  # lock the burst, move window_key, insert
+        both.delay(1)
+    with django_assert_num_queries(2 + 2):  # lock the burst, slide the trailing job
+        both.delay(1)
