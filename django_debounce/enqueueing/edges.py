@@ -78,13 +78,24 @@ def open_burst(rows: Sequence[Job], window: timedelta, now: datetime) -> list[Jo
 
 
 def closes_at(newest: Job, window: timedelta) -> datetime:
-    """Return when the burst whose newest row is ``newest`` closes: ``min(last call + window, ceiling)``."""
+    """Return when the burst whose newest row is ``newest`` closes.
+
+    ``min(last call + window, ceiling)``: the last call is the row's
+    ``last_enqueued_at``, the ceiling its ``max_run_at`` (the burst's).
+    """
     assert newest.max_run_at is not None
     return min(newest.last_enqueued_at + window, newest.max_run_at)
 
 
 def write_edge(plan: Plan, now: datetime, db: str) -> Job:
     """Write one call of a leading or both task inside the caller's transaction (decision 180).
+
+    Args:
+        plan: a debounced call of a task whose ``debounce_edge`` is ``"leading"``
+            or ``"both"`` (``plan.window_key`` set).
+        now: the call's instant (aware, §4.7).
+        db: the database alias, inside a transaction or savepoint that an
+            :class:`EdgeRaceError` rolls back.
 
     Returns:
         The job after the call, ``outcome`` set: ``"created"`` for a call that

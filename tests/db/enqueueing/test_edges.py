@@ -224,6 +224,23 @@ def test_both_never_runs_the_leading_and_the_trailing_job_at_once(clock):
     ]
 
 
+def test_a_new_bursts_leading_job_waits_for_the_previous_trailing_run(clock):
+    lead, trail = calls(both, clock, None, [0, 3], run_first=False)
+    Job.objects.filter(pk=lead.pk).update(status="SUCCESSFUL", finished_at=T, window_key=None)
+    clock(seconds=13)
+    assert [j.pk for j in claim_jobs(worker_id="w1", limit=10, lease=timedelta(minutes=5))] == [
+        trail.pk
+    ]
+    clock(seconds=30)  # the burst closed at T+13: this call leads a new one, due now
+    new = both.delay(1, revision=9)
+    assert (new.outcome, new.run_at) == ("created", s(30))
+    assert claim_jobs(worker_id="w2", limit=10, lease=timedelta(minutes=5)) == []
+    Job.objects.filter(pk=trail.pk).update(status="SUCCESSFUL", finished_at=s(30))
+    assert [j.pk for j in claim_jobs(worker_id="w2", limit=10, lease=timedelta(minutes=5))] == [
+        new.pk
+    ]
+
+
 # -- bulk ---------------------------------------------------------------------------------
 
 
