@@ -22,9 +22,11 @@ success (FAILED, CANCELLED, EXPIRED, SHED: the calls it swallowed were not
 served, so the next call opens a new burst) and ``now < min(last call +
 window, ceiling)``.
 Every write locks the burst's rows first (``SELECT … FOR UPDATE``); a call that
-opens a burst checks again after its insert that no other burst opened
-meanwhile (:class:`EdgeRaceError`: rolled back and tried again), so racing
-calls never run two leading jobs for one burst (§4.4).
+inserts (a burst's leading or trailing job) reads them again after its insert,
+and if another call opened a burst meanwhile (a locking read that waited for a
+lock returns the rows of its statement's snapshot, on PostgreSQL) it is rolled
+back and tried again (:class:`EdgeRaceError`), so racing calls never run two
+leading jobs, or a trailing job of a burst already closed, for one key (§4.4).
 """
 
 from __future__ import annotations
@@ -133,7 +135,7 @@ def write_edge(plan: Plan, now: datetime, db: str) -> Job:
         Job.objects.using(db).filter(pk=newest.pk).update(window_key=None)
         newest.window_key = None
     assert newest.max_run_at is not None
-    return _insert(
+    job = _insert(
         plan,
         now,
         db,
@@ -141,6 +143,11 @@ def write_edge(plan: Plan, now: datetime, db: str) -> Job:
         ceiling=newest.max_run_at,
         run_at=min(now + plan.window, newest.max_run_at),
     )
+    # A locking read that waited saw the rows of its snapshot: a burst another call
+    # opened meanwhile shows up only now. Then this call belongs to that one.
+    if any(row.pk not in (job.pk, newest.pk) for row in burst_rows(plan.window_key, now, db)):
+        raise EdgeRaceError
+    return job
 
 
 def _open(plan: Plan, now: datetime, db: str) -> Job:
