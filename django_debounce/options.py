@@ -30,6 +30,7 @@ from .exceptions import ConfigurationError
 from .keys import check_template
 from .validators import (
     check_duration,
+    check_edge,
     check_flow_control,
     check_metadata,
     check_priority,
@@ -81,6 +82,8 @@ class TaskOptions:
     """The ceiling fixed when a window opens; set whenever ``debounce`` is."""
     debounce_replace_payload: bool = field(default=False, metadata=_PER_CALL)
     debounce_merge: MergeFunction | None = field(default=None, metadata=_PER_CALL)
+    debounce_edge: str = "trailing"
+    """Which calls of a burst run: ``"trailing"``, ``"leading"`` or ``"both"`` (decision 180)."""
     unique_key: KeySpec | None = field(default=None, metadata=_PER_CALL)
     idempotent: bool = False
     expires: timedelta | None = field(default=None, metadata=_PER_CALL)
@@ -287,6 +290,12 @@ def _check_declaration(options: TaskOptions, where: str) -> timedelta | None:
         _window_or_unique(options, where, call=False)
     _merge_or_replace(options, where)
     _merge_is_callable(options.debounce_merge, where)
+    check_edge(
+        options.debounce_edge,
+        options.debounce is not None,
+        options.debounce_replace_payload or options.debounce_merge is not None,
+        where,
+    )
     if options.unique_key is not None and options.idempotent:
         raise ConfigurationError(f"{where}: give unique_key= or idempotent=True, not both.")
     if not isinstance(options.takes_context, bool):
@@ -339,6 +348,8 @@ def _check_call(
             )
         max_wait = check_window(options.debounce, options.debounce_max_wait, where=where)
     _merge_or_replace(options, where)
+    if options.debounce_replace_payload or options.debounce_merge is not None:
+        check_edge(options.debounce_edge, True, True, where)
     check_queue(options.queue)
     check_priority(options.priority)
     retries = retries_in_force(options)
@@ -389,6 +400,7 @@ class Plan:
     window_key: str | None = None
     replace_payload: bool = False
     merge: MergeFunction | None = None
+    edge: str = "trailing"
     unique_key: str | None = None
     unique_lock: str | None = None
     depends_on: tuple[int, ...] = ()

@@ -19,6 +19,9 @@ from .conf.durations import parse_duration
 from .exceptions import ConfigurationError, PayloadError
 from .rates import parse_rate
 
+#: ``debounce_edge`` values: which calls of a burst run (decision 180).
+EDGES = ("trailing", "leading", "both")
+
 #: Longest task name (``Job.task_name`` is a ``CharField(max_length=255)``).
 MAX_TASK_NAME_LENGTH = 255
 
@@ -202,3 +205,37 @@ def did_you_mean(unknown: Sequence[str], accepted: Iterable[str]) -> str:
     if len(unknown) == 1:
         return f" (did you mean {found[0][1]!r}?)"
     return " (did you mean " + ", ".join(f"{meant!r} for {name!r}" for name, meant in found) + "?)"
+
+
+def check_edge(edge: object, debounced: bool, sets_payload: bool, where: str) -> str:
+    """Return a task's ``debounce_edge`` (one of :data:`EDGES`) if it fits its other options.
+
+    Args:
+        edge: the declared value.
+        debounced: whether the task (or call) has a ``debounce`` window.
+        sets_payload: whether ``debounce_replace_payload`` or ``debounce_merge`` is set.
+        where: the message prefix naming the task or call.
+
+    Raises:
+        ConfigurationError: an unknown value (the message names the allowed
+            ones); an edge other than ``"trailing"`` without ``debounce``;
+            ``"leading"`` with a payload option (its swallowed calls never
+            run, so the option could never apply; decision 180).
+    """
+    if edge not in EDGES:
+        raise ConfigurationError(
+            f"{where}: debounce_edge={edge!r} is unknown; use 'trailing' (run after the burst "
+            "goes quiet), 'leading' (run its first call at once) or 'both'."
+        )
+    if edge != "trailing" and not debounced:
+        raise ConfigurationError(
+            f"{where}: debounce_edge={edge!r} without debounce=; an edge belongs to a debounce "
+            "window, so give debounce= (and debounce_max_wait=) too."
+        )
+    if edge == "leading" and sets_payload:
+        raise ConfigurationError(
+            f"{where}: debounce_edge='leading' runs the first call of a burst and swallows the "
+            "rest, so debounce_replace_payload/debounce_merge would never apply; use "
+            "debounce_edge='both' to run a trailing call with the newest or merged payload."
+        )
+    return edge  # type: ignore[return-value]

@@ -185,7 +185,9 @@ def _write(plans: list[Plan], now: datetime, db: str) -> list[Job]:
     windows: dict[str, list[int]] = {}
     one_by_one: list[int] = []
     for index, plan in enumerate(plans):
-        if plan.window_key is not None:
+        if plan.window_key is not None and plan.edge != "trailing":
+            one_by_one.append(index)  # a leading or both edge reads its burst (decision 180)
+        elif plan.window_key is not None:
             windows.setdefault(plan.window_key, []).append(index)
         elif plan.unique_lock is None and not plan.depends_on:
             plain.append(index)

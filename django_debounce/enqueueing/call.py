@@ -31,7 +31,7 @@ from django.db import (
 )
 from django.utils import timezone
 
-from .. import codec, lifecycle, registry
+from .. import lifecycle, registry
 from ..conf import settings
 from ..db_errors import is_contention
 from ..exceptions import ConfigurationError, EnqueueContentionError
@@ -46,9 +46,21 @@ from ..signals import job_enqueued, send_signal
 from ..validators import check_task_name
 from . import upsert
 from .contention import contended
+from .edges import EdgeRaceError, write_edge
 from .planning import plan_call
+from .rows import apply_slide, new_job
 
-__all__ = ["Plan", "contended", "enqueue", "enqueue_call", "is_contention", "plan_call", "write"]
+__all__ = [
+    "Plan",
+    "apply_slide",
+    "contended",
+    "enqueue",
+    "enqueue_call",
+    "is_contention",
+    "new_job",
+    "plan_call",
+    "write",
+]
 
 #: The logger keeps the name of the module this one was (``core``): operators'
 #: ``LOGGING`` routes it, and docs/reference/commands.md names it.
@@ -162,8 +174,9 @@ def _write_retrying(plan: Plan, now: datetime, db: str) -> Job:
     budget = max(1, settings.enqueue_retries)
     last: Exception | None = None
     # One INSERT … ON CONFLICT slides or opens the window (no read, no row lock first).
-    by_upsert = plan.window_key is not None and plan.merge is None and upsert.supported(db)
-    # Dependency edges are written beside the job, so such a call needs a transaction.
+    by_upsert = _by_upsert(plan, db)
+    # Dependency edges are written beside the job, and a leading or both edge reads
+    # its burst before writing (decision 180), so such a call needs a transaction.
     one_statement = not plan.depends_on and (
         by_upsert or (plan.window_key is None and plan.unique_lock is None)
     )
@@ -177,6 +190,8 @@ def _write_retrying(plan: Plan, now: datetime, db: str) -> Job:
         except _StaleWindowError:
             expire_stale(plan, now, db)
             continue
+        except EdgeRaceError:
+            continue
         except (IntegrityError, OperationalError) as exc:
             last = contended(exc, f"enqueue of {plan.task_name!r}", "this call", db, attempt)
     raise EnqueueContentionError(
@@ -188,7 +203,12 @@ def _write_retrying(plan: Plan, now: datetime, db: str) -> Job:
 def _write_atomic(plan: Plan, now: datetime, db: str, by_upsert: bool) -> Job:
     """Write ``plan`` inside a transaction: its dependencies locked, then slid or inserted."""
     dependency_failed = _lock_dependencies(plan, db) if plan.depends_on else False
-    job = _slide_or_insert(plan, now, db) if by_upsert else _write_once(plan, now, db)
+    if plan.edge != "trailing" and plan.window_key is not None:
+        job = write_edge(plan, now, db)
+    elif by_upsert:
+        job = _slide_or_insert(plan, now, db)
+    else:
+        job = _write_once(plan, now, db)
     if plan.depends_on and job.outcome == "created":
         _link_dependencies(job, plan, now, db, dependency_failed)
     return job
@@ -201,13 +221,25 @@ def write_locked(plan: Plan, now: datetime, db: str) -> Job:
     opens a new one, as :func:`write` does. Contention errors propagate: the
     caller retries its whole transaction.
     """
-    by_upsert = plan.window_key is not None and plan.merge is None and upsert.supported(db)
+    by_upsert = _by_upsert(plan, db)
     while True:
         try:
             with transaction.atomic(using=db):
                 return _write_atomic(plan, now, db, by_upsert)
         except _StaleWindowError:
             expire_stale(plan, now, db)
+        except EdgeRaceError:
+            continue
+
+
+def _by_upsert(plan: Plan, db: str) -> bool:
+    """True when one ``INSERT … ON CONFLICT`` writes the call: a trailing window, no merge."""
+    return (
+        plan.window_key is not None
+        and plan.merge is None
+        and plan.edge == "trailing"
+        and upsert.supported(db)
+    )
 
 
 def _lock_dependencies(plan: Plan, db: str) -> bool:
@@ -328,70 +360,8 @@ def _write_once(plan: Plan, now: datetime, db: str) -> Job:
     return job
 
 
-def new_job(plan: Plan, now: datetime) -> Job:
-    """Return the unsaved READY job a call opens at ``now`` (§4.3): a new window, or a plain job."""
-    debounced = plan.window is not None
-    assert plan.max_wait is not None or not debounced
-    return Job(
-        task_name=plan.task_name,
-        queue=plan.queue,
-        priority=plan.priority,
-        status=Job.Status.READY,
-        args=plan.args,
-        kwargs=plan.kwargs,
-        run_at=now + plan.window if debounced else plan.run_at,  # type: ignore[operator]
-        opened_at=now if debounced else None,
-        max_run_at=now + plan.max_wait if debounced else None,  # type: ignore[operator]
-        debounce_key=plan.debounce_key if debounced else None,
-        window_key=plan.window_key,
-        key_hash=plan.window_key,
-        unique_key=plan.unique_key,
-        unique_lock=plan.unique_lock,
-        enqueue_count=1,
-        last_enqueued_at=now,
-        max_retries=plan.max_retries,
-        metadata=plan.metadata,
-        notes=plan.notes,
-        expires_at=plan.expires_at,
-        created_at=now,
-    )
-
-
 def _slide(job: Job, plan: Plan, now: datetime, db: str) -> Job:
     """Slide an open window (§4.2) and save the fields that moved."""
     job.save(update_fields=apply_slide(job, plan, now), using=db)
     job.outcome = "debounced"
     return job
-
-
-def apply_slide(job: Job, plan: Plan, now: datetime) -> list[str]:
-    """Slide ``job`` in memory (§4.2): later deadline, capped by the ceiling fixed at opening.
-
-    Counts the call and, with ``replace_payload`` or a ``merge`` (§4.8), stores
-    the call's payload. Returns the attnames that changed; saves nothing.
-
-    Raises:
-        ConfigurationError: the ``debounce_merge`` function returned no ``(args, kwargs)``.
-    """
-    assert plan.window is not None and job.max_run_at is not None
-    job.run_at = min(now + plan.window, job.max_run_at)
-    job.enqueue_count += 1
-    job.last_enqueued_at = now
-    fields = ["run_at", "enqueue_count", "last_enqueued_at"]
-    if plan.replace_payload:
-        job.args, job.kwargs = plan.args, plan.kwargs
-        fields += ["args", "kwargs"]
-    elif plan.merge is not None:
-        stored = codec.decode_call(job.args, job.kwargs)
-        new = codec.decode_call(plan.args, plan.kwargs)
-        merged = plan.merge(stored, new)
-        try:
-            merged_args, merged_kwargs = merged
-        except (TypeError, ValueError) as exc:
-            raise ConfigurationError(
-                f"debounce_merge of {plan.task_name!r} returned {merged!r}; it must return "
-                "(args, kwargs)."
-            ) from exc
-        job.args, job.kwargs = codec.encode_call(list(merged_args), dict(merged_kwargs))
-        fields += ["args", "kwargs"]
-    return fields

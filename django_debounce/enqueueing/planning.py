@@ -75,6 +75,7 @@ def plan_call(
         window_key=None if debounce_key is None else keys.window_hash(task_name, debounce_key),
         replace_payload=merged.debounce_replace_payload,
         merge=merged.debounce_merge,
+        edge=merged.debounce_edge if window is not None else "trailing",
         unique_key=unique_key,
         unique_lock=keys.window_hash(task_name, unique_key) if unique_key is not None else None,
         depends_on=depends_on,

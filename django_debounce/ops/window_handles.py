@@ -40,7 +40,7 @@ from ..models import Job
 from ..registry import RegisteredTask
 from ..validators import check_task_name
 from . import windows as actions
-from .window_states import WindowAction, WindowState, in_flight, shown, state_of
+from .window_states import WindowAction, WindowState, in_flight, shown, state_of, with_edge
 
 __all__ = [
     "Window",
@@ -181,7 +181,10 @@ class Windows:
     def inspect(self) -> list[WindowState | None]:
         """Return :meth:`Window.inspect` of each window, from one query per 500 keys."""
         rows = _live_rows(self.windows, self.alias)
-        return [shown(window, rows.get(window.window_key, [])) for window in self.windows]
+        return [
+            with_edge(window, shown(window, rows.get(window.window_key, [])), self.alias)
+            for window in self.windows
+        ]
 
     def pending(self) -> list[bool]:
         """Return :meth:`Window.pending` of each window."""

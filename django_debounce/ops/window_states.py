@@ -7,14 +7,17 @@ a key's live jobs (READY and RUNNING) into the :class:`WindowState` shown.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
-from .. import codec
+from django.utils import timezone
+
+from .. import codec, registry
+from ..enqueueing import edges
 from ..models import Job
 
-__all__ = ["WindowAction", "WindowState", "in_flight", "shown", "state_of"]
+__all__ = ["WindowAction", "WindowState", "in_flight", "shown", "state_of", "with_edge"]
 
 Status = Job.Status
 
@@ -29,6 +32,10 @@ class WindowIdentity(Protocol):
     @property
     def key(self) -> str:
         """The resolved debounce key."""
+
+    @property
+    def window_key(self) -> str:
+        """The window's identity as stored (``Job.key_hash``)."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,13 @@ class WindowState:
     run_in_flight: int | None
     """Id of the key's job a worker is running now: this job when :attr:`running`, else an
     earlier run the open window waits behind (§4.5); ``None`` when no run is in flight."""
+    edge: str = "trailing"
+    """The task's ``debounce_edge`` (decision 180); ``"trailing"`` for a task this process
+    never imported."""
+    burst_until: datetime | None = None
+    """A leading or both task: when the key's burst closes, ``min(last call + window,
+    ceiling)``, while one is open (a call before then is swallowed, or gathered into the
+    trailing job); ``None`` when no burst is open, and for a trailing task."""
 
     @property
     def payload(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -129,3 +143,25 @@ def shown(
     running = [job for job in claimed if job.status == Status.RUNNING]
     job = open_window or next(reversed(running or claimed), None)
     return None if job is None else state_of(window, job, in_flight(jobs))
+
+
+def with_edge(window: WindowIdentity, state: WindowState | None, db: str) -> WindowState | None:
+    """Return ``state`` with the edge of ``window``'s task and its open burst (decision 180).
+
+    A trailing task (or one this process never imported) costs nothing; a
+    leading or both task reads its key's burst (one query). A leading burst
+    whose job already ran shows that job, with :attr:`WindowState.burst_until` set.
+    """
+    found = registry.lookup(window.task_name)
+    edge = found.options.debounce_edge if found is not None else "trailing"
+    if found is None or edge == "trailing" or found.options.debounce is None:
+        return state
+    now = timezone.now()
+    rows = edges.burst_rows(window.window_key, now, db, lock=False)
+    burst = edges.open_burst(rows, found.options.debounce, now)
+    if state is None and burst:
+        state = state_of(window, burst[0], None)
+    if state is None:
+        return None
+    until = edges.closes_at(burst[0], found.options.debounce) if burst else None
+    return replace(state, edge=edge, burst_until=until)

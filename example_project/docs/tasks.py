@@ -39,6 +39,28 @@ def rebuild_docs(directory: str) -> dict[str, Any]:
     return {"directory": directory, "calls": build.calls}
 
 
+#: The three edges side by side (``manage.py plot_edges``, decision 180): one window each.
+EDGE_WINDOW = {"debounce": "10s", "debounce_max_wait": "30s", "debounce_key": "edge:{doc}"}
+
+
+@debounced_task(**EDGE_WINDOW)
+def edge_trailing(doc: str, t: float) -> float:
+    """Trailing edge (the default): runs after quiet, with the first call's ``t``."""
+    return t
+
+
+@debounced_task(debounce_edge="leading", **EDGE_WINDOW)
+def edge_leading(doc: str, t: float) -> float:
+    """Leading edge: a burst's first call runs at once; the rest are swallowed."""
+    return t
+
+
+@debounced_task(debounce_edge="both", debounce_replace_payload=True, **EDGE_WINDOW)
+def edge_both(doc: str, t: float) -> float:
+    """Both edges: the first call at once, then one trailing run with the newest ``t``."""
+    return t
+
+
 @task
 def ping() -> str:
     """A no-op job: ``replay_events --real-time`` waits for it to know its worker is up."""

@@ -38,6 +38,8 @@ SPECS: dict[str, Spec] = {
         Spec("sm.dropped", rate=(1, 10.0), drop=True),
         Spec("sm.capped", concurrency=1),
         Spec("sm.expiring", expires=6.0, priority=10),
+        Spec("sm.leading", payload="first", edge="leading"),
+        Spec("sm.both", payload="replace", edge="both"),
     )
 }
 
@@ -92,6 +94,8 @@ def _options(spec: Spec) -> dict[str, Any]:
             options["debounce_replace_payload"] = True
         if spec.payload == "merge":
             options["debounce_merge"] = _union
+        if spec.edge != "trailing":
+            options["debounce_edge"] = spec.edge
     if spec.payload == "unique":
         options["unique_key"] = "u:{0}"
     if spec.rate is not None:
@@ -190,6 +194,9 @@ def db_jobs() -> dict[int, dict[str, Any]]:
             "run_at": seconds(job.run_at),
             "open": job.window_key is not None,
             "count": job.enqueue_count,
+            "last_call": seconds(job.last_enqueued_at),
+            "opened_at": seconds(job.opened_at),
+            "ceiling": seconds(job.max_run_at),
             "attempts": job.attempts,
             "expires_at": seconds(job.expires_at),
             "worker": job.worker_id,

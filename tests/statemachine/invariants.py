@@ -1,9 +1,9 @@
 """What the machine checks after every step: the database equals the model, and liveness at a drain.
 
 :func:`compare` is exact: every job row's task, status, payload, deadline,
-window state, call count, attempts, expiry and worker are the model's, no row
-is missing or extra (so a call inside a rolled-back transaction left no
-trace), at most one window is open per (task, key), and the dead letters are
+window state, opening and ceiling, call count, last call, attempts, expiry and
+worker are the model's, no row is missing or extra (so a call inside a
+rolled-back transaction left no trace), at most one window is open per (task, key), and the dead letters are
 the model's (task, arguments, kind, retried or not). :func:`check_drained`
 is the liveness half: after a drain nothing due is left that a claim had to
 take.
@@ -41,6 +41,9 @@ def compare(
             "run_at": job.run_at,
             "open": job.open,
             "count": job.enqueue_count if spec.debounced else row["count"],
+            "last_call": job.last_call if spec.debounced else row["last_call"],
+            "opened_at": job.opened_at,
+            "ceiling": job.max_run_at,
             "attempts": job.attempts,
             "expires_at": job.expires_at,
             "worker": job.worker if job.status == RUNNING else row["worker"],

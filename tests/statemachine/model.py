@@ -53,6 +53,7 @@ class Spec:
     max_retries: int = 2
     min_backoff: float = 5.0
     max_backoff: float = 20.0
+    edge: str = "trailing"  # debounce_edge: "trailing", "leading", "both" (decision 180)
 
     @property
     def debounced(self) -> bool:
@@ -88,6 +89,7 @@ class MJob:
     open: bool = False
     opened_at: float | None = None
     max_run_at: float | None = None
+    last_call: float | None = None  # ``last_enqueued_at``: an edge burst's last call
     enqueue_count: int = 1
     attempts: int = 0
     max_retries: int = 2
@@ -123,11 +125,14 @@ class Model:
     starts: dict[str, list[float]] = field(default_factory=dict)  # per rated task
     takes: dict[str, list[float]] = field(default_factory=dict)  # per drop task: token takes
     running: dict[int, str] = field(default_factory=dict)  # started, alive: job -> worker
+    now: float = 0.0  # the instant of the call being predicted (the edge rules read it)
 
     # -- enqueue -----------------------------------------------------------------------------
     def predict_enqueue(self, task: str, key: str) -> tuple[str, int | None]:
         """Return ``(outcome, job id or None for a new job)`` for one call (§4, §6 coalesce)."""
         spec = self.specs[task]
+        if spec.edge != "trailing":
+            return self._predict_edge(spec, key)
         for job in self.jobs.values():
             if job.task != task or job.key != key:
                 continue
@@ -141,6 +146,7 @@ class Model:
         self, task: str, key: str, args: list[Any], now: float, outcome: str, job_id: int
     ) -> MJob:
         """Apply one call the package made ``outcome`` on ``job_id``; raise if not the model's."""
+        self.now = now
         expected, known = self.predict_enqueue(task, key)
         if outcome != expected or (known is not None and known != job_id):
             raise ViolationError(
@@ -148,6 +154,8 @@ class Model:
                 f"model says {expected} #{known}"
             )
         spec = self.specs[task]
+        if spec.edge != "trailing":
+            return self._apply_edge(spec, key, args, now, outcome, job_id)
         if outcome == "created":
             if job_id in self.jobs:
                 raise ViolationError(f"enqueue {task}[{key}] created #{job_id}, an id already used")
@@ -162,6 +170,7 @@ class Model:
             )
             if spec.debounced:
                 job.open, job.opened_at, job.max_run_at = True, now, now + spec.max_wait
+                job.last_call = now
             self.jobs[job_id] = job
             return job
         job = self.jobs[job_id]
@@ -169,11 +178,92 @@ class Model:
             assert job.max_run_at is not None
             job.run_at = min(now + spec.window, job.max_run_at)
             job.enqueue_count += 1
+            job.last_call = now
             if spec.payload == "replace":
                 job.payload = args
             elif spec.payload == "merge":
                 ids = list(job.payload[1])
                 job.payload = [job.payload[0], ids + [i for i in args[1] if i not in ids]]
+        return job
+
+    # -- edges (decision 180) ----------------------------------------------------------------
+    def _burst(self, spec: Spec, key: str) -> list[MJob]:
+        """The rows of the key's burst open at :attr:`now`, newest first, else ``[]``."""
+        rows = sorted(
+            (
+                job
+                for job in self.jobs.values()
+                if job.task == spec.name
+                and job.key == key
+                and job.max_run_at is not None
+                and job.max_run_at > self.now
+            ),
+            key=lambda job: -job.id,
+        )
+        if not rows:
+            return []
+        newest = rows[0]
+        assert newest.last_call is not None and newest.max_run_at is not None
+        closes = min(newest.last_call + spec.window, newest.max_run_at)
+        if newest.status in (FAILED, CANCELLED, EXPIRED, SHED) or self.now >= closes:
+            return []
+        same = [
+            job
+            for job in rows[1:]
+            if (job.opened_at, job.max_run_at) == (newest.opened_at, newest.max_run_at)
+        ]
+        return [newest, *same]
+
+    def _predict_edge(self, spec: Spec, key: str) -> tuple[str, int | None]:
+        burst = self._burst(spec, key)
+        if not burst:
+            return "created", None  # a new burst: its leading job
+        newest = burst[0]
+        if spec.edge == "leading" or (len(burst) > 1 and newest.open):
+            return "debounced", newest.id  # swallowed, or gathered by the trailing job
+        return "created", None  # the burst's trailing job
+
+    def _apply_edge(
+        self, spec: Spec, key: str, args: list[Any], now: float, outcome: str, job_id: int
+    ) -> MJob:
+        burst = self._burst(spec, key)
+        if outcome == "debounced":
+            job = self.jobs[job_id]
+            job.enqueue_count += 1
+            job.last_call = now
+            if spec.edge == "both":  # the trailing job slides (§4.2)
+                assert job.max_run_at is not None
+                job.run_at = min(now + spec.window, job.max_run_at)
+                if spec.payload == "replace":
+                    job.payload = args
+            return job
+        for other in self.jobs.values():  # the new job takes the key's window
+            if other.task == spec.name and other.key == key:
+                other.open = False
+        if burst:  # the trailing job: the burst's opening and ceiling
+            lead = burst[0]
+            assert lead.opened_at is not None and lead.max_run_at is not None
+            opened, ceiling = lead.opened_at, lead.max_run_at
+            run_at = min(now + spec.window, ceiling)
+        else:
+            opened, ceiling, run_at = now, now + spec.max_wait, now
+        if job_id in self.jobs:
+            raise ViolationError(
+                f"enqueue {spec.name}[{key}] created #{job_id}, an id already used"
+            )
+        job = MJob(
+            id=job_id,
+            task=spec.name,
+            key=key,
+            payload=args,
+            run_at=run_at,
+            open=True,
+            opened_at=opened,
+            max_run_at=ceiling,
+            last_call=now,
+            max_retries=spec.max_retries,
+        )
+        self.jobs[job_id] = job
         return job
 
     # -- claim and start ---------------------------------------------------------------------

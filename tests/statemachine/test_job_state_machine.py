@@ -127,6 +127,9 @@ class JobMachine(RuleBasedStateMachine):
 
     def _apply(self, task: str, key: str, args: list[Any], job: Job) -> None:
         self.model.apply_enqueue(task, key, args, self.now, job.outcome, job.pk)
+        edge = SPECS[task].edge
+        if edge != "trailing":  # what the machine reached: leading runs, swallowed calls, …
+            Env.seen[f"{edge}_{job.outcome}_{job.status.lower()}"] += 1
 
     def _advance(self, total: float) -> None:
         """Move the clock as live workers see it: leases renewed every 20 s, lapsed ones reclaimed."""

@@ -61,6 +61,18 @@ def report_latest(user_id: int, revision: int = 0) -> int:
     return revision
 
 
+@task(
+    debounce="10s",
+    debounce_key="leading:{user_id}",
+    debounce_max_wait="60s",
+    debounce_edge="leading",
+)
+def report_leading(user_id: int, revision: int = 0) -> int:
+    """Debounced on the leading edge: a burst's first call runs at once (decision 180)."""
+    _log("dj.report_leading", str(user_id), {"revision": revision})
+    return revision
+
+
 @task(debounce="1s", debounce_key="slow:{0}", debounce_max_wait="10s")
 def slow_report(user_id: int, seconds: float, revision: int = 0) -> int:
     """Debounced with a short window; sleeps ``seconds`` (real time) while it runs."""

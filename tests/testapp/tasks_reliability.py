@@ -147,6 +147,37 @@ def race(key: str, producer: int = 0, seq: int = 0) -> None:
 
 
 @debounced_task(
+    name="rel.edge_leading",
+    debounce="200ms",
+    debounce_max_wait="1s",
+    debounce_key="edge:{0}",
+    debounce_edge="leading",
+    max_retries=0,
+)
+def edge_leading(key: str, producer: int = 0, seq: int = 0) -> None:
+    """A leading edge raced by producers while a worker runs it (decision 180)."""
+    log = _start("rel.edge_leading", key=key, payload={"producer": producer, "seq": seq})
+    time.sleep(0.01)
+    _finish(log)
+
+
+@debounced_task(
+    name="rel.edge_both",
+    debounce="200ms",
+    debounce_max_wait="1s",
+    debounce_key="edge:{0}",
+    debounce_edge="both",
+    debounce_replace_payload=True,
+    max_retries=0,
+)
+def edge_both(key: str, producer: int = 0, seq: int = 0) -> None:
+    """Both edges raced by producers while a worker runs them (decision 180)."""
+    log = _start("rel.edge_both", key=key, payload={"producer": producer, "seq": seq})
+    time.sleep(0.01)
+    _finish(log)
+
+
+@debounced_task(
     name="rel.report", debounce="10s", debounce_max_wait="1m", debounce_key="report:{user_id}"
 )
 def report(user_id: int, seconds: float = 0.0) -> dict[str, Any]:

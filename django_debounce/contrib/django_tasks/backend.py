@@ -76,6 +76,7 @@ class DebounceTask(Task):  # type: ignore[type-arg]
     debounce_max_wait: Any = None
     debounce_replace_payload: bool = False
     debounce_merge: Any = None
+    debounce_edge: str | None = None
     unique_key: Any = None
     idempotent: bool = False
     expires: Any = None

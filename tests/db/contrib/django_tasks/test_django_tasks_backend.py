@@ -47,6 +47,7 @@ from tests.testapp.tasks_django import (
     on_django_queue,
     report,
     report_latest,
+    report_leading,
     task,
     with_context,
 )
@@ -264,6 +265,19 @@ def test_replace_payload_runs_the_newest_call(clock, burst):
     clock(seconds=17)
     burst()
     assert report_latest.get_result(result.id).return_value == 3
+
+
+def test_a_leading_edge_runs_the_first_call_at_once_and_swallows_the_burst(clock, burst):
+    first = report_leading.enqueue(5, revision=1)
+    burst()
+    assert report_leading.get_result(first.id).return_value == 1
+    clock(seconds=3)
+    again = report_leading.enqueue(5, revision=2)
+    assert again.id == first.id  # swallowed: the leading job's result
+    clock(seconds=13)
+    later = report_leading.enqueue(5, revision=3)
+    burst()
+    assert later.id != first.id and report_leading.get_result(later.id).return_value == 3
 
 
 def test_key_and_payload_errors_are_the_packages_and_nothing_is_written():
