@@ -27,6 +27,7 @@ CHECK_MODULES = (
     "checks/wakeup.py",
     "contrib/celery/checks.py",
     "contrib/django_tasks/checks.py",
+    "contrib/django_tasks/backend.py",
     "contrib/prometheus/checks.py",
 )
 
@@ -39,29 +40,36 @@ COMMANDS = tuple(
     )
 )
 
-#: The public faces of the package: each module, and the names of it the reference
-#: documents (its ``__all__`` when it has one, else every public name it defines).
-PUBLIC_MODULES = (
-    "django_debounce",
-    "django_debounce.tasks",
-    "django_debounce.context",
-    "django_debounce.breaker",
-    "django_debounce.ops.window_handles",
-    "django_debounce.models",
-    "django_debounce.exceptions",
-    "django_debounce.signals",
-    "django_debounce.ops.windows",
-    "django_debounce.ops.sweep",
-    "django_debounce.ops.retention",
-    "django_debounce.ops.status",
-    "django_debounce.flow.hold_reasons",
-    "django_debounce.backends",
-    "django_debounce.contrib.django_tasks.backend",
-    "django_debounce.contrib.celery.executor",
-    "django_debounce.contrib.celery.metrics",
-    "django_debounce.contrib.prometheus.metrics",
-    "django_debounce.contrib.prometheus.views",
-)
+#: The public faces of the package: each module, and the names of it the reference must
+#: document (``None``: its ``__all__`` when it has one, else every public class and function
+#: it defines).
+PUBLIC_MODULES: dict[str, tuple[str, ...] | None] = {
+    "django_debounce": None,
+    "django_debounce.tasks": None,
+    "django_debounce.context": None,
+    "django_debounce.breaker": None,
+    "django_debounce.ops.window_handles": None,
+    "django_debounce.models": ("Job", "DeadLetter"),
+    "django_debounce.exceptions": None,
+    "django_debounce.signals": (
+        "job_enqueued",
+        "job_started",
+        "job_finished",
+        "job_dead_lettered",
+        "send_signal",
+    ),
+    "django_debounce.ops.windows": None,
+    "django_debounce.ops.sweep": None,
+    "django_debounce.ops.retention": None,
+    "django_debounce.ops.status": None,
+    "django_debounce.flow.hold_reasons": None,
+    "django_debounce.backends": None,
+    "django_debounce.contrib.django_tasks.backend": None,
+    "django_debounce.contrib.celery.executor": None,
+    "django_debounce.contrib.celery.metrics": None,
+    "django_debounce.contrib.prometheus.metrics": None,
+    "django_debounce.contrib.prometheus.views": None,
+}
 
 
 # -- settings ---------------------------------------------------------------------------------
@@ -147,16 +155,17 @@ def check_rows() -> list[CheckRow]:
             if not isinstance(func, ast.FunctionDef):
                 continue
             for call in ast.walk(func):
-                if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
+                if not isinstance(call, ast.Call):
                     continue
-                if call.func.id not in ("Error", "Warning"):
+                level = getattr(call.func, "id", getattr(call.func, "attr", ""))
+                if level not in ("Error", "Warning"):
                     continue
                 for keyword in call.keywords:
                     value = keyword.value
                     if keyword.arg == "id" and isinstance(value, ast.Constant):
                         rows.setdefault(
                             value.value,
-                            CheckRow(value.value, call.func.id, f"{module}: {func.name}"),
+                            CheckRow(value.value, level, f"{module}: {func.name}"),
                         )
     return sorted(rows.values(), key=lambda row: row.id)
 
@@ -265,12 +274,12 @@ def metric_rows() -> list[MetricRow]:
 
 
 def public_names(module_name: str) -> list[str]:
-    """The names the reference documents for ``module_name``: ``__all__``, or else every
-    public class, function and exception defined in the module itself."""
+    """The names the reference documents for ``module_name``: those :data:`PUBLIC_MODULES`
+    gives, else ``__all__``, else every public class and function defined in the module."""
     import importlib
 
     module = importlib.import_module(module_name)
-    names = getattr(module, "__all__", None)
+    names = PUBLIC_MODULES.get(module_name) or getattr(module, "__all__", None)
     if names is not None:
         return [name for name in names if not name.startswith("__")]
     return sorted(
