@@ -29,11 +29,12 @@ from django_debounce import debounced_task, registry
 from django_debounce.checks.settings import check_settings
 
 REPO = Path(__file__).resolve().parents[2]
-#: The pages whose examples run: the README, the tutorial and demo, the explanations and the
+#: The pages whose examples run: the README, the install page, the tutorial and demo, the explanations and the
 #: reference. Not yet the how-to guides (being rewritten beside their features) nor the
 #: contract, which is kept verbatim (its Python is a sketch of the rules).
 PAGES = [
     "README.md",
+    "docs/install.md",
     "docs/tutorial.md",
     "docs/demo.md",
     *sorted(
