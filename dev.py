@@ -12,6 +12,7 @@
     python3 dev.py lint                 # ruff, ruff format --check, mypy, makemigrations --check
     python3 dev.py bench claim -- --jobs 5000   # a benchmark of bench/ (PostgreSQL; bench/README.md)
     python3 dev.py bench suite                  # every benchmark, beside the peers (bench/README.md)
+    python3 dev.py docs                 # build the documentation site into .artifacts/docs (-W)
 
 Each command makes a virtual environment if it is missing (``.venv``; with
 ``--python``/``--django`` one per pair, e.g. ``.venv-py3.12-dj6.1``), upgrades
@@ -48,7 +49,13 @@ STAMP = ".dev-py-stamp.json"
 BIN = "Scripts" if os.name == "nt" else "bin"
 
 #: Dependency groups (pyproject.toml [dependency-groups]) each command needs.
-GROUPS = {"demo": ["demo"], "test": ["test"], "lint": ["lint"], "bench": ["test", "bench"]}
+GROUPS = {
+    "demo": ["demo"],
+    "test": ["test"],
+    "lint": ["lint"],
+    "bench": ["test", "bench"],
+    "docs": ["docs"],
+}
 #: Extra dependency groups a ``--db`` needs (its driver).
 DB_GROUPS = {"mariadb": ["mysql"]}
 
@@ -271,7 +278,32 @@ def cmd_bench(opts: argparse.Namespace, extra: list[str]) -> int:
     return run([python, f"bench/{extra[0]}.py", *extra[1:]], check=False)
 
 
-COMMANDS = {"demo": cmd_demo, "test": cmd_test, "lint": cmd_lint, "bench": cmd_bench}
+def cmd_docs(opts: argparse.Namespace, extra: list[str]) -> int:
+    """Build the documentation site into ``.artifacts/docs`` (Sphinx; warnings are errors).
+
+    A fresh build every time (``-E``: no cached environment, so every page is read and
+    every warning shows), nitpicky (``-n``), ``-W --keep-going`` (every warning is listed,
+    then the build fails). Extra arguments go to ``sphinx-build``, e.g. ``-- -b linkcheck``.
+    Open ``.artifacts/docs/index.html``.
+    """
+    python = str(ensure_venv(opts, GROUPS["docs"]))
+    out = ROOT / ".artifacts" / "docs"
+    env = dict(os.environ)
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    cmd = [python, "-m", "sphinx", "-b", "html", "-E", "-n", "-W", "--keep-going", "-q"]
+    code = run([*cmd, *extra, "docs", str(out)], env=env, check=False)
+    if code == 0:
+        say(f"docs built: {out / 'index.html'}")
+    return code
+
+
+COMMANDS = {
+    "demo": cmd_demo,
+    "test": cmd_test,
+    "lint": cmd_lint,
+    "bench": cmd_bench,
+    "docs": cmd_docs,
+}
 
 
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:

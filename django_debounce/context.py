@@ -22,14 +22,14 @@ if TYPE_CHECKING:
     from .models import Job
 
 RunReason = Literal["quiet", "max_wait", "not_debounced", "retry", "inline"]
-"""Why a run started; see :attr:`JobContext.run_reason`."""
+"""Why a run started; see :attr:`django_debounce.JobContext.run_reason`."""
 
 
 @dataclass(frozen=True)
 class JobContext:
     """The run a task declared with ``takes_context=True`` is part of (passed as its first argument).
 
-    Fields:
+    Attributes:
         job: the :class:`~django_debounce.models.Job` being run, as the worker
             claimed it (status ``RUNNING``, ``attempts`` already counting this
             run, ``lease_expires_at`` set). ``None`` when the task is called

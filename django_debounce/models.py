@@ -348,7 +348,7 @@ class DeadLetter(models.Model):
 
         The package builds entries with
         :func:`django_debounce.lifecycle.new_dead_letter`, which sets ``kind``;
-        this (and :meth:`DeadLetterQuerySet.bulk_create`) covers a row built
+        this (and ``DeadLetterQuerySet.bulk_create``) covers a row built
         any other way, so no row is ever stored without its kind.
         """
         if not self.kind:
@@ -393,8 +393,8 @@ class DeadLetter(models.Model):
             Two callers racing on one entry retry it once: the row is locked.
 
         Raises:
-            The enqueue's own errors (e.g. ``ConfigurationError``) if the task's
-            declaration changed so that the stored call is no longer valid.
+            ConfigurationError: or another error of the enqueue, if the task's
+                declaration changed so that the stored call is no longer valid.
         """
         config = cast(_DeadLetterRetrier, apps.get_app_config(self._meta.app_label))
         return config.retry_dead_letter(self, force=force)

@@ -3,7 +3,7 @@
 :class:`TaskOptions` is what a task declares; its ``__post_init__`` checks it,
 so every instance is valid. A call's own options are merged onto the task's
 with :func:`dataclasses.replace`, which runs the same checks again as a call
-(:func:`merge_call`). The options a call may give are the fields marked
+(:func:`~django_debounce.options.merge_call`). The options a call may give are the fields marked
 ``per_call`` plus the fields of :class:`CallOnlyOptions`; the options a task
 may declare are the fields of :class:`TaskOptions`. :class:`Plan` is what
 :mod:`django_debounce.enqueueing.planning` makes of a call and
@@ -67,8 +67,8 @@ class TaskOptions:
     """A task's validated defaults; a call's options override the ``per_call`` ones (§2).
 
     Construction checks the options (``ConfigurationError`` for any error of
-    contract §2); :func:`declare` builds one from a decorator's options and
-    :func:`merge_call` merges a call's options onto one.
+    contract §2); :func:`~django_debounce.options.declare` builds one from a decorator's options and
+    :func:`~django_debounce.options.merge_call` merges a call's options onto one.
     """
 
     queue: str = field(default="default", metadata=_PER_CALL)

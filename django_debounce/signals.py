@@ -23,9 +23,13 @@ from django.apps import apps
 from django.dispatch import Signal
 
 job_enqueued = Signal()
+"""Sent after an enqueue wrote its row, with ``job`` and ``outcome`` (``created``, ``debounced``, ``coalesced``)."""
 job_started = Signal()
+"""Sent when a worker is about to run a job, with ``job``."""
 job_finished = Signal()
+"""Sent when a run ended, with ``job`` and ``status`` (``SUCCESSFUL``, ``READY`` for a retry, ``FAILED``)."""
 job_dead_lettered = Signal()
+"""Sent when a dead letter was written, with ``job`` and ``dead_letter`` (never for a shed, §6)."""
 
 # Internal, not a public signal: a shed gets no signal (§6, §9). The optional metrics
 # (django_debounce/metrics.py) count sheds through this one; it is sent with

@@ -1,4 +1,4 @@
-"""Declaring tasks: :func:`task`, :func:`debounced_task` and :class:`Task` (contract §2).
+"""Declaring tasks: :func:`~django_debounce.task`, :func:`~django_debounce.debounced_task` and :class:`~django_debounce.Task` (contract §2).
 
 Nothing here touches the database; ``delay``/``apply_async`` hand over to
 :mod:`django_debounce.enqueueing.call`.

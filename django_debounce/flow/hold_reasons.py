@@ -124,7 +124,7 @@ def flow_view(
         :meth:`~django_debounce.flow.throttle.TokenBucket.level` of the stored ``tokens`` at
         ``tokens_at`` (§6, token bucket); the next token comes after
         ``(1 - level) / per_second`` seconds. With the bucket in Redis, the
-        level is Redis's (:func:`with_redis_level`).
+        level is Redis's (``with_redis_level``).
     """
     gate, registered = task_gate(task_name)
     state = with_redis_level(task_name, gate, state)
@@ -181,7 +181,7 @@ def row_holds(
             (:func:`~django_debounce.flow.rules.jobs_ahead_in_key`), in id order.
 
     Returns:
-        In this order: not due until ``run_at``; expired (the next claim ends
+        list[Hold]: in this order: not due until ``run_at``; expired (the next claim ends
         it EXPIRED, §6); each dependency not successful; another run of its key
         in flight, else an earlier job of its key due ahead of it (§4.5).
     """

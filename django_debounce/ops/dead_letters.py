@@ -38,8 +38,8 @@ def retry_dead_letter(letter: DeadLetter, *, force: bool = False) -> Job | None:
 
     Raises:
         DeadLetter.DoesNotExist: the entry was deleted.
-        The enqueue's own errors (e.g. ``ConfigurationError``) if the task's
-        declaration changed so that the stored call is no longer valid.
+        ConfigurationError: or another error of the enqueue, if the task's
+            declaration changed so that the stored call is no longer valid.
     """
     with transaction.atomic(using=letter._state.db):
         entry = DeadLetter.objects.select_for_update().get(pk=letter.pk)

@@ -13,7 +13,7 @@ Entries whose reason carries a reserved prefix (``shed:``, ``codel:``,
 ``unknown_task:``) are skipped unless asked for: re-running what the
 scheduler deliberately dropped would undo the shed, and an unknown task stays
 unknown (§8). The automatic sweep never asks for them. They are told apart by
-their ``kind`` column (:class:`DeadLetter.Kind`, indexed), which the row
+their ``kind`` column (``DeadLetter.Kind``, indexed), which the row
 took from that prefix when it was written.
 """
 

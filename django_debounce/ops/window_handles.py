@@ -145,7 +145,7 @@ class Window:
 class Windows:
     """Many windows on one database; each operation reads (and locks) them all at once.
 
-    Results come back in the order of :attr:`windows` (a key given twice gets
+    Results come back in the order of ``windows`` (a key given twice gets
     the same result twice).
 
     Raises:

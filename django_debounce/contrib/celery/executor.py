@@ -339,7 +339,7 @@ def _last_error_line(job: Job) -> str:
 
 
 def failed_error(job: Job) -> JobFailedError:
-    """Return the :class:`JobFailedError` of ``job``, which this attempt ended FAILED (decision 138)."""
+    """Return the :class:`~django_debounce.exceptions.JobFailedError` of ``job``, which this attempt ended FAILED (decision 138)."""
     return JobFailedError(
         f"job {job.pk} ({job.task_name}) failed for good on attempt {job.attempts}: "
         f"{_last_error_line(job)}; its dead letter is written (`manage.py retry_dead_letters` "
@@ -348,7 +348,7 @@ def failed_error(job: Job) -> JobFailedError:
 
 
 def retry_error(job: Job) -> JobRetryError:
-    """Return the :class:`JobRetryError` of ``job``, READY again after this attempt (decision 152)."""
+    """Return the :class:`~django_debounce.exceptions.JobRetryError` of ``job``, READY again after this attempt (decision 152)."""
     when = job.run_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     return JobRetryError(
         f"job {job.pk} ({job.task_name}) is READY again and runs at {when} under this task id: "

@@ -31,7 +31,9 @@ from typing import Any
 import click
 from celery import bootsteps
 
+#: The ``celery worker`` option :func:`add_worker_metrics` adds: the port to serve metrics on.
 PORT_OPTION = "--debounce-metrics-port"
+#: The ``celery worker`` option :func:`add_worker_metrics` adds: the address to bind.
 ADDR_OPTION = "--debounce-metrics-addr"
 
 

@@ -11,18 +11,18 @@ Counters and histograms, each labelled ``queue`` and ``task_name`` (never a
 key or a job id); where a metric counts a closed vocabulary one more label
 names the value (``status``, ``kind``; decision 105):
 
-========================================== ===================================================
-``django_debounce_created_total``           calls that opened a new job (``outcome="created"``)
-``django_debounce_debounced_total``         calls collapsed into an open window (§9)
-``django_debounce_coalesced_total``         calls that returned a pending job by its unique key
-``django_debounce_runs_started_total``      attempts started (``job_started``)
-``django_debounce_forced_runs_total``       first runs of windows forced by the max wait
-``django_debounce_debounce_delay_seconds``  window opened → run started, first attempt (§9)
-``django_debounce_jobs_finished_total``     jobs ended, by ``status`` (SUCCESSFUL, FAILED, SHED)
-``django_debounce_attempt_duration_seconds`` one attempt, started → outcome recorded
-``django_debounce_retries_total``           failed attempts put back READY for a retry
-``django_debounce_dead_letters_total``      dead letters by ``kind`` (failure, shed, codel, …)
-========================================== ===================================================
+============================================== ===================================================
+``django_debounce_created_total``              calls that opened a new job (``outcome="created"``)
+``django_debounce_debounced_total``            calls collapsed into an open window (§9)
+``django_debounce_coalesced_total``            calls that returned a pending job by its unique key
+``django_debounce_runs_started_total``         attempts started (``job_started``)
+``django_debounce_forced_runs_total``          first runs of windows forced by the max wait
+``django_debounce_debounce_delay_seconds``     window opened → run started, first attempt (§9)
+``django_debounce_jobs_finished_total``        jobs ended, by ``status`` (SUCCESSFUL, FAILED, SHED)
+``django_debounce_attempt_duration_seconds``   one attempt, started → outcome recorded
+``django_debounce_retries_total``              failed attempts put back READY for a retry
+``django_debounce_dead_letters_total``         dead letters by ``kind`` (failure, shed, codel, …)
+============================================== ===================================================
 
 Counts are per process: the process that enqueues counts the calls, the
 worker counts the runs. With ``PROMETHEUS_MULTIPROC_DIR`` set, every process

@@ -1,0 +1,153 @@
+"""The Python examples of the docs run (issue #20 item 2; decision 175).
+
+Every fenced ``python`` block of the pages in :data:`PAGES` runs against the test
+settings and database, the blocks of one page in order in one namespace (a later block
+may use a task an earlier one declared), as a reader pasting them would. A block that is
+deliberately not runnable (a settings fragment, a transcript, a sketch using the
+reader's own models) says so on the line above it::
+
+    <!-- example: not run (a settings.py fragment) -->
+
+and a block that needs a name the page assumes (the reader's ``payments`` client) gets
+it from :data:`GIVEN`. A failure names the page, the block and its line.
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+import re
+import traceback
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from django.test import override_settings
+
+from django_debounce import debounced_task, registry
+from django_debounce.checks.settings import check_settings
+
+REPO = Path(__file__).resolve().parents[2]
+#: The pages whose examples run: the README, the install page, the tutorial and demo, the explanations and the
+#: reference. Not yet the how-to guides (being rewritten beside their features) nor the
+#: contract, which is kept verbatim (its Python is a sketch of the rules).
+PAGES = [
+    "README.md",
+    "docs/install.md",
+    "docs/tutorial.md",
+    "docs/demo.md",
+    *sorted(
+        str(path.relative_to(REPO))
+        for folder in ("explanation", "reference")
+        for path in (REPO / "docs" / folder).glob("*.md")
+        if path.name != "contract.md"
+    ),
+]
+#: A ``python`` block, with the mark on the line above it if it has one.
+BLOCK = re.compile(
+    r"(?:^<!-- example: (?P<mark>[^\n]*?) -->\n)?^```python\n(?P<code>.*?)^```\s*$",
+    re.MULTILINE | re.DOTALL,
+)
+#: Names a page's examples assume the reader has (their own objects), by page.
+GIVEN: dict[str, dict[str, Any]] = {
+    "docs/explanation/flow-control.md": {"payments": SimpleNamespace(charge=lambda order_id: None)},
+    "docs/reference/api.md": {"logger": logging.getLogger("docs.examples"), "users": []},
+    "docs/tutorial.md": {"BASE_DIR": Path("/tmp")},
+    "docs/demo.md": {"debounced_task": debounced_task, "Any": Any},
+}
+
+
+def blocks(page: str) -> list[tuple[int, str | None, str]]:
+    """``(line, mark, code)`` of each ``python`` block of ``page`` (line: the fence's, 1-based)."""
+    text = (REPO / page).read_text(encoding="utf-8")
+    found = []
+    for match in BLOCK.finditer(text):
+        line = text.count("\n", 0, match.start("code"))
+        found.append((line, match.group("mark"), match.group("code")))
+    return found
+
+
+def _forget_redeclared(code: str, namespace: dict[str, Any]) -> None:
+    """A page may declare a task again to show a variant (``charge`` with other options):
+    drop the earlier declaration, as a fresh module of the reader's would not have it."""
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.decorator_list:
+            registry.unregister(f"{namespace['__name__']}.{node.name}")
+
+
+def _check_settings(code: str, namespace: dict[str, Any]) -> None:
+    """A block that sets ``DEBOUNCE_*`` (or ``TASKS``) values: the system checks accept them."""
+    assigned = {
+        target.id
+        for node in ast.walk(ast.parse(code))
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name) and target.id.startswith("DEBOUNCE_")
+    }
+    if assigned:
+        with override_settings(**{name: namespace[name] for name in assigned}):
+            errors = check_settings()
+        assert errors == [], f"the system checks refuse {sorted(assigned)}: {errors}"
+
+
+def test_the_pages_have_examples_to_run():
+    runnable = [(page, line) for page in PAGES for line, mark, _ in blocks(page) if mark is None]
+    assert len(runnable) >= 15
+
+
+class ExampleError(AssertionError):
+    """A block of a page raised: the message names the page, the block and its line."""
+
+
+def run_examples(page: str, found: list[tuple[int, str | None, str]]) -> None:
+    """Run the blocks ``found`` of ``page`` in order in one namespace; raise :class:`ExampleError`."""
+    before = set(registry.all_tasks())
+    namespace: dict[str, Any] = {"__name__": "docs_examples." + re.sub(r"\W", "_", page[:-3])}
+    namespace.update(GIVEN.get(page, {}))
+    try:
+        for number, (line, mark, code) in enumerate(found, 1):
+            if mark is not None:
+                if not mark.startswith("not run ("):
+                    raise ExampleError(
+                        f"{page}:{line}: block {number}'s mark should read "
+                        f"'<!-- example: not run (why) -->', not {mark!r}"
+                    )
+                continue
+            _forget_redeclared(code, namespace)
+            try:
+                exec(compile("\n" * line + code, page, "exec"), namespace)  # noqa: S102
+                _check_settings(code, namespace)
+            except Exception as exc:
+                raise ExampleError(
+                    f"{page}, python block {number} (line {line}) failed; mark it "
+                    f"'<!-- example: not run (why) -->' if it is not meant to run:\n"
+                    + traceback.format_exc(limit=-3)
+                ) from exc
+    finally:
+        for name in set(registry.all_tasks()) - before:
+            registry.unregister(name)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.django_db(transaction=True)  # the worker examples run threads
+@pytest.mark.parametrize("page", [page for page in PAGES if blocks(page)])
+def test_the_examples_of_the_page_run(page):
+    try:
+        run_examples(page, blocks(page))
+    except ExampleError as failed:
+        pytest.fail(str(failed), pytrace=False)
+
+
+def test_a_failing_block_is_named_by_page_block_and_line():
+    found = [(3, None, "x = 1\n"), (8, "not run (a fragment)", "nope(\n"), (10, None, "x / 0\n")]
+    with pytest.raises(ExampleError) as failed:
+        run_examples("docs/page.md", found)
+    message = str(failed.value)
+    assert message.startswith("docs/page.md, python block 3 (line 10) failed")
+    assert 'File "docs/page.md", line 11' in message and "ZeroDivisionError" in message
+
+
+def test_a_block_setting_a_value_the_checks_refuse_fails():
+    with pytest.raises(ExampleError, match="the system checks refuse"):
+        run_examples("docs/page.md", [(1, None, 'DEBOUNCE_LEASE = "soon"\n')])
