@@ -1,7 +1,7 @@
 """Periodic schedules: a cron expression in a time zone, and its ticks (docs/explanation/semantics.md, "Periodic tasks").
 
 A :class:`Schedule` is declared on a task (``@task(schedule=...)`` or
-:func:`~django_debounce.tasks.periodic_task`) and checked there, before
+:func:`~django_debounce.periodic_task`) and checked there, before
 anything is written: a cron expression the parser refuses, an unknown time
 zone, arguments that do not fit the task's signature or that the codec cannot
 store are a :class:`~django_debounce.exceptions.ConfigurationError` naming the
@@ -64,7 +64,7 @@ class Schedule:
             downtime only the latest missed tick within it runs.
 
     Raises:
-        ConfigurationError: from :func:`declare_schedules`, when the task is declared.
+        ConfigurationError: from :func:`~django_debounce.schedules.declare_schedules`, when the task is declared.
     """
 
     cron: str

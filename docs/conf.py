@@ -72,7 +72,7 @@ nitpick_ignore_regex = [
     ("py:.*", r"(django|celery|kombu|prometheus_client|redis|django_redis|django_tasks)(\..*)?"),
     (
         "py:.*",
-        r"(datetime|collections|typing|enum|argparse|logging|threading|types|dataclasses|inspect|shutil)(\..*)?",
+        r"(datetime|collections|typing|enum|argparse|logging|threading|types|dataclasses|inspect|shutil|zoneinfo)(\..*)?",
     ),
     ("py:exc", r"(DatabaseError|OperationalError|InterfaceError|InvalidTask)"),
     ("py:.*", r"(BaseTaskBackend|TaskResult|TaskResultDoesNotExist)"),

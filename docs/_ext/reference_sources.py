@@ -63,6 +63,8 @@ PUBLIC_MODULES: dict[str, tuple[str, ...] | None] = {
     "django_debounce.ops.retention": None,
     "django_debounce.ops.status": None,
     "django_debounce.flow.hold_reasons": None,
+    "django_debounce.schedules": None,
+    "django_debounce.ops.periodic": None,
     "django_debounce.backends": None,
     "django_debounce.contrib.django_tasks.backend": None,
     "django_debounce.contrib.celery.executor": None,
