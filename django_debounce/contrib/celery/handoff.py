@@ -145,7 +145,7 @@ def take(job_id: int, *, worker_id: str, lease: timedelta, using: str = DEFAULT_
     commits synchronously, and its flush carries every earlier WAL record), and
     a lost take is a lost message: the hand-off lease lapses, the job is handed
     off again and runs again (§7), and the first run's outcome, fenced on its
-    worker id, is discarded (decision 183).
+    worker id, is discarded (decision 185).
 
     Args:
         job_id: the job's id (the Celery task id).

@@ -14,7 +14,7 @@ for the job's database alias while the task runs (the ORM's
 task included), and puts the thread's usual one back before Celery's
 ``task_postrun`` closes it. Its own object is not among the ones the fixup
 closes, so it lives on to the next job, as the built-in worker's connection
-does (decision 183). It is made usable before each job, as Django does before
+does (decision 184). It is made usable before each job, as Django does before
 a request: closed and reopened when a task left it outside autocommit, when
 ``CONN_MAX_AGE`` (set above 0) has passed, or when it had an error or idled
 for :data:`IDLE_CHECK` seconds and no longer answers ``is_usable()``.
@@ -60,7 +60,7 @@ def _kept(using: str) -> dict[str, Any]:
             logger.info(
                 "Celery's Django fixup closes the database connections of a worker around every "
                 "task unless CELERY_DB_REUSE_MAX is set; django_debounce.run_job keeps its own "
-                "connection to database %r across jobs in this worker process (decision 183)",
+                "connection to database %r across jobs in this worker process (decision 184)",
                 using,
                 extra={"action": "keep_connection"},
             )

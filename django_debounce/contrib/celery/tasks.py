@@ -59,7 +59,7 @@ def run_handoff_message(*args: object, **kwargs: object) -> object:
     connection this worker thread keeps across jobs, which Celery's Django
     fixup does not close around each task
     (:func:`~django_debounce.contrib.celery.kept_connection.kept_connection`,
-    decision 183).
+    decision 184).
     """
     job_id = _job_id(args, kwargs)
     if job_id is None:

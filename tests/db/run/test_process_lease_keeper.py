@@ -81,7 +81,9 @@ def test_short_runs_cost_no_statement_and_one_thread_at_most() -> None:
     job = _running("celery:short")
     threads = threading.active_count()
     for _ in range(50):
-        with keeper.holding(job.pk, worker_id="celery:short", lease=dt.timedelta(minutes=1), using="default"):
+        with keeper.holding(
+            job.pk, worker_id="celery:short", lease=dt.timedelta(minutes=1), using="default"
+        ):
             pass
     assert threading.active_count() <= threads + 1, "one keeper thread, not one per run"
     assert keeper.renewals == 0 and keeper.held_ids() == []

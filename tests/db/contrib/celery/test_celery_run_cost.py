@@ -1,4 +1,4 @@
-"""What one handed-off job costs the Celery task, and the connection it keeps (decision 183).
+"""What one handed-off job costs the Celery task, and the connection it keeps (decisions 183-185).
 
 * the take and the outcome are one statement each (MariaDB: the take reads its row
   after the ``UPDATE``, having no ``RETURNING``), each its own autocommit transaction;
@@ -102,7 +102,9 @@ def test_jobs_in_a_row_share_one_database_session_whatever_the_fixup_closes(fixu
         own = _the_tasks_connection()
         with own.cursor() as cursor:
             cursor.execute(
-                "SELECT pg_backend_pid()" if own.vendor == "postgresql" else "SELECT CONNECTION_ID()"
+                "SELECT pg_backend_pid()"
+                if own.vendor == "postgresql"
+                else "SELECT CONNECTION_ID()"
             )
             sessions.add(cursor.fetchone()[0])
     assert len(sessions) == 1, "one session for three jobs"
