@@ -116,8 +116,9 @@ class ProcessLeaseKeeper:
 
     For an executor that gets one call per job (the Celery task
     ``django_debounce.run_job``): :meth:`holding` around each run registers it,
-    and the one thread (``debounce-lease``, a daemon started by the first
-    run, started again in a forked child) renews each run whose lease reached a
+    and the one thread (``debounce-process-lease``, a daemon that lives as long
+    as the process: started by the first run, started again in a forked child;
+    not the inline keeper's ``debounce-lease``) renews each run whose lease reached a
     third of itself, every third of the lease, in one ``UPDATE`` per worker id
     (:func:`~django_debounce.run.leases.renew_leases`: fenced on RUNNING and
     the worker id, so a run that ended meanwhile is left alone). A run that
@@ -156,7 +157,7 @@ class ProcessLeaseKeeper:
             self._held[token] = held
             if self._thread is None:
                 self._thread = threading.Thread(
-                    target=self._main, name="debounce-lease", daemon=True
+                    target=self._main, name="debounce-process-lease", daemon=True
                 )
                 self._thread.start()
             elif self._wake_at is None or held.due < self._wake_at:
