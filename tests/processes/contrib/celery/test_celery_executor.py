@@ -217,7 +217,9 @@ def test_a_job_longer_than_its_lease_is_renewed_by_the_process_keeper_and_runs_o
     assert Job.objects.get(pk=long.pk).attempts == 1, "never reclaimed: its lease was renewed"
     assert CallLog.objects.filter(key="long").count() == 1
     kept = "keeps its own connection to database 'default' across jobs in this worker process"
-    assert worker.stderr().count(kept) == 1, worker.tail()
+    # Once per process (Celery's handler prints the line; Django's console handler again).
+    lines = [line for line in worker.stderr().splitlines() if kept in line and "INFO/" in line]
+    assert len(lines) == 1, worker.tail()
 
 
 def test_a_stopped_celery_worker_leaves_jobs_waiting_not_lost(rig: CeleryRig, settings) -> None:
