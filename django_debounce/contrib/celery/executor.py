@@ -17,7 +17,9 @@ stay in the database:
   conditional statement (:func:`~django_debounce.contrib.celery.handoff.take`), runs it
   through :func:`django_debounce.run.execution.run_job` (the built-in worker's
   run: signals, result, retries with the task's backoff, dead letters) while
-  a keeper thread renews its lease, and returns the stored result.
+  the process's one keeper thread renews its lease if it runs long
+  (:data:`~django_debounce.run.lease_keeper.process_keeper`, decision 183), and
+  returns the stored result.
 
 Celery is imported lazily: importing this module needs no Celery.
 """
@@ -47,7 +49,7 @@ from ...ops.periodic import PeriodicScheduler
 from ...ops.sweep import SweepSchedule
 from ...run import leases, outcomes
 from ...run.execution import run_job
-from ...run.lease_keeper import InlineLeaseKeeper
+from ...run.lease_keeper import process_keeper
 from ...worker import wakeup
 from . import handoff
 from .handoff_watch import UntakenWatch
@@ -308,7 +310,7 @@ def take_and_run(job_id: int, *, using: str | None = None) -> handoff.Taken:
             (the job stays RUNNING until its lease lapses).
     """
     using = using or router.db_for_write(Job) or DEFAULT_DB_ALIAS
-    worker_id = f"celery:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    worker_id = f"{_run_prefix()}{uuid.uuid4().hex[:8]}"
     lease: timedelta = settings.lease
     taken = handoff.take(job_id, worker_id=worker_id, lease=lease, using=using)
     job = taken.job
@@ -325,12 +327,20 @@ def take_and_run(job_id: int, *, using: str | None = None) -> handoff.Taken:
         outcomes.expire_claimed(job, started_before=None, worker_id=worker_id, now=now, using=using)
         return taken
 
-    def renew() -> None:
-        leases.renew_leases([job.pk], worker_id=worker_id, lease=lease, using=using)
-
-    with InlineLeaseKeeper(renew, lease) as keeper, keeper.running():
+    with process_keeper.holding(job.pk, worker_id=worker_id, lease=lease, using=using):
         run_job(job, worker_id=worker_id, using=using, retry_for=lease)
     return taken
+
+
+_prefix: tuple[int, str] = (0, "")
+
+
+def _run_prefix() -> str:
+    """Return ``celery:host:pid:``, the start of this process's run worker ids (read once per pid)."""
+    global _prefix
+    if _prefix[0] != os.getpid():
+        _prefix = (os.getpid(), f"celery:{socket.gethostname()}:{os.getpid()}:")
+    return _prefix[1]
 
 
 def _last_error_line(job: Job) -> str:

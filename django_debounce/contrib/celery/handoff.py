@@ -138,6 +138,15 @@ def take(job_id: int, *, worker_id: str, lease: timedelta, using: str = DEFAULT_
     round trip; elsewhere (MariaDB has no ``UPDATE … RETURNING``) the row is
     read after it. A message with nothing to take reads the row to say why.
 
+    On PostgreSQL, outside a caller's transaction, the take commits with
+    ``synchronous_commit = off`` (``SET LOCAL`` in the same round trip): it does
+    not wait for its WAL flush, about half a no-op job's database time. A
+    server crash can lose only a take, never the outcome after it (the outcome
+    commits synchronously, and its flush carries every earlier WAL record), and
+    a lost take is a lost message: the hand-off lease lapses, the job is handed
+    off again and runs again (§7), and the first run's outcome, fenced on its
+    worker id, is discarded (decision 185).
+
     Args:
         job_id: the job's id (the Celery task id).
         worker_id: the taker's identity, unique per run (the outcome is fenced on it).
@@ -171,14 +180,23 @@ def take(job_id: int, *, worker_id: str, lease: timedelta, using: str = DEFAULT_
     return Taken(None, _why_not(found))
 
 
-def _write_take_sql(quote: Callable[[str], str]) -> str:
-    """Return the take's ``UPDATE … RETURNING`` (every column, in model order)."""
+#: Sent before the take in its round trip on PostgreSQL: the take's commit skips the WAL flush.
+ASYNC_COMMIT = "SET LOCAL synchronous_commit TO off; "
+
+
+def _write_take_sql(quote: Callable[[str], str], *, async_commit: bool = False) -> str:
+    """Return the take's ``UPDATE … RETURNING`` (every column, in model order).
+
+    ``async_commit`` puts :data:`ASYNC_COMMIT` first: the two statements form one
+    implicit transaction (PostgreSQL's simple query protocol), so the setting is
+    this take's alone.
+    """
     meta = Job._meta
     table = quote(meta.db_table)
     column = {field.name: quote(str(field.column)) for field in meta.concrete_fields}
     returning = ", ".join(column.values())
     return (
-        f"UPDATE {table} SET {column['worker_id']} = %s, {column['started_at']} = %s, "
+        f"{ASYNC_COMMIT if async_commit else ''}UPDATE {table} SET {column['worker_id']} = %s, {column['started_at']} = %s, "
         f"{column['lease_expires_at']} = %s WHERE {column['id']} = %s "
         f"AND {column['status']} = %s AND {column['worker_id']} LIKE %s "
         f"AND {column['lease_expires_at']} > %s RETURNING {returning}"
@@ -193,12 +211,19 @@ def _take_returning(
     when = Job._meta.get_field("started_at").get_db_prep_save(now, connection)
     lease_end = Job._meta.get_field("lease_expires_at").get_db_prep_save(until, connection)
     params = [worker_id, when, lease_end, job_id, Status.RUNNING.value, f"{HANDOFF_PREFIX}%", when]
+    async_commit = (
+        connection.vendor == "postgresql"
+        and not connection.in_atomic_block
+        and not connection.settings_dict.get("OPTIONS", {}).get("server_side_binding")
+    )
     with connection.cursor() as cursor:
         sql = compiled.derived_sql(
-            ("handoff_take", connection.vendor),
-            lambda: _write_take_sql(connection.ops.quote_name),
+            ("handoff_take", connection.vendor, async_commit),
+            lambda: _write_take_sql(connection.ops.quote_name, async_commit=async_commit),
         )
         cursor.execute(sql, params)
+        if async_commit and cursor.description is None:
+            cursor.nextset()  # psycopg 3 stands on the SET's result first
         row = cursor.fetchone()
     return None if row is None else compiled.job_from_row(row, using)
 

@@ -13,11 +13,13 @@ import logging
 
 from celery import shared_task
 from celery.exceptions import Ignore, Retry
+from django.db import DEFAULT_DB_ALIAS, router
 
 from ...exceptions import JobFailedError
 from ...job_ids import parse_id
 from ...models import Job
 from . import executor as celery_executor
+from .kept_connection import kept_connection
 
 logger = logging.getLogger("django_debounce.celery")
 
@@ -53,12 +55,18 @@ def run_handoff_message(*args: object, **kwargs: object) -> object:
 
     The outcome is written before anything is raised, and a redelivered
     message is a no-op, so no ``acks_late``/``acks_on_failure_or_timeout``
-    setting changes the job.
+    setting changes the job. The take, the run and the outcome use a
+    connection this worker thread keeps across jobs, which Celery's Django
+    fixup does not close around each task
+    (:func:`~django_debounce.contrib.celery.kept_connection.kept_connection`,
+    decision 184).
     """
     job_id = _job_id(args, kwargs)
     if job_id is None:
         raise Ignore()
-    job = celery_executor.take_and_run(job_id).job
+    using = router.db_for_write(Job) or DEFAULT_DB_ALIAS
+    with kept_connection(using):
+        job = celery_executor.take_and_run(job_id, using=using).job
     if job is None:
         raise Ignore()
     if job.status == Job.Status.SUCCESSFUL:

@@ -201,6 +201,27 @@ def test_a_celery_worker_killed_mid_job_leaves_a_job_that_runs_again_after_its_l
     assert runs == [(first.pid, {"attempt": 1}), (second.pid, {"attempt": 2})]
 
 
+def test_a_job_longer_than_its_lease_is_renewed_by_the_process_keeper_and_runs_once(
+    rig: CeleryRig,
+) -> None:
+    """Decisions 183-184: one keeper per worker process renews it; the jobs share a connection."""
+    long = record.delay("long", seconds=4.5)  # the lease is 3 s: renewed every second
+    short = [record.delay(f"short-{n}") for n in range(3)]
+    worker = rig.worker()
+
+    def all_done() -> bool:
+        celery_executor.dispatch_due(app=rig.app)  # would reclaim a lease that lapsed
+        return _all_done([long.pk, *(job.pk for job in short)])
+
+    wait_for(all_done, timeout=60, interval=0.2, what=worker.tail)
+    assert Job.objects.get(pk=long.pk).attempts == 1, "never reclaimed: its lease was renewed"
+    assert CallLog.objects.filter(key="long").count() == 1
+    kept = "keeps its own connection to database 'default' across jobs in this worker process"
+    # Once per process (Celery's handler prints the line; Django's console handler again).
+    lines = [line for line in worker.stderr().splitlines() if kept in line and "INFO/" in line]
+    assert len(lines) == 1, worker.tail()
+
+
 def test_a_stopped_celery_worker_leaves_jobs_waiting_not_lost(rig: CeleryRig, settings) -> None:
     settings.DEBOUNCE_CELERY_HANDOFF_LEASE = "2s"
     worker = rig.worker()
