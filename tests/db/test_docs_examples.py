@@ -18,6 +18,7 @@ import ast
 import logging
 import re
 import traceback
+from importlib.util import find_spec
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -29,9 +30,17 @@ from django_debounce import debounced_task, registry
 from django_debounce.checks.settings import check_settings
 
 REPO = Path(__file__).resolve().parents[2]
-#: The pages whose examples run: the README, the install page, the tutorial and demo, the explanations and the
-#: reference. Not yet the how-to guides (being rewritten beside their features) nor the
-#: contract, which is kept verbatim (its Python is a sketch of the rules).
+#: Pages left out for now. The contract is kept verbatim (its Python is a sketch of the
+#: rules); the how-to guides below are being rewritten on other branches beside their
+#: features, and are added when their branches land.
+LEFT_OUT = {
+    "docs/reference/contract.md",
+    "docs/howto/celery.md",
+    "docs/howto/time-limits.md",
+    "docs/howto/cancel-running-jobs.md",
+}
+#: The pages whose examples run: the README, the install page, the tutorial and demo, the
+#: explanations, the how-to guides and the reference.
 PAGES = [
     "README.md",
     "docs/install.md",
@@ -39,9 +48,9 @@ PAGES = [
     "docs/demo.md",
     *sorted(
         str(path.relative_to(REPO))
-        for folder in ("explanation", "reference")
+        for folder in ("explanation", "howto", "reference")
         for path in (REPO / "docs" / folder).glob("*.md")
-        if path.name != "contract.md"
+        if str(path.relative_to(REPO)) not in LEFT_OUT
     ),
 ]
 #: A ``python`` block, with the mark on the line above it if it has one.
@@ -56,6 +65,10 @@ GIVEN: dict[str, dict[str, Any]] = {
     "docs/tutorial.md": {"BASE_DIR": Path("/tmp")},
     "docs/demo.md": {"debounced_task": debounced_task, "Any": Any},
 }
+
+#: Pages whose examples import a module the test environment may not have, by page: they
+#: run where it is installed (``django.tasks``: the Django 6.x cells of CI).
+NEEDS = {"docs/howto/django-tasks.md": "django.tasks"}
 
 
 def blocks(page: str) -> list[tuple[int, str | None, str]]:
@@ -96,6 +109,14 @@ def test_the_pages_have_examples_to_run():
     assert len(runnable) >= 15
 
 
+def _importable(module: str) -> bool:
+    """Whether ``module`` (dotted) can be imported here."""
+    try:
+        return find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
 class ExampleError(AssertionError):
     """A block of a page raised: the message names the page, the block and its line."""
 
@@ -114,8 +135,8 @@ def run_examples(page: str, found: list[tuple[int, str | None, str]]) -> None:
                         f"'<!-- example: not run (why) -->', not {mark!r}"
                     )
                 continue
-            _forget_redeclared(code, namespace)
             try:
+                _forget_redeclared(code, namespace)
                 exec(compile("\n" * line + code, page, "exec"), namespace)  # noqa: S102
                 _check_settings(code, namespace)
             except Exception as exc:
@@ -133,6 +154,8 @@ def run_examples(page: str, found: list[tuple[int, str | None, str]]) -> None:
 @pytest.mark.django_db(transaction=True)  # the worker examples run threads
 @pytest.mark.parametrize("page", [page for page in PAGES if blocks(page)])
 def test_the_examples_of_the_page_run(page):
+    if page in NEEDS and not _importable(NEEDS[page]):
+        pytest.skip(f"{page} imports {NEEDS[page]}, which this Django does not have")
     try:
         run_examples(page, blocks(page))
     except ExampleError as failed:
