@@ -15,6 +15,7 @@ it from :data:`GIVEN`. A failure names the page, the block and its line.
 from __future__ import annotations
 
 import ast
+import contextlib
 import logging
 import re
 import traceback
@@ -58,8 +59,15 @@ BLOCK = re.compile(
     r"(?:^<!-- example: (?P<mark>[^\n]*?) -->\n)?^```python\n(?P<code>.*?)^```\s*$",
     re.MULTILINE | re.DOTALL,
 )
+def _service_down(*args: Any) -> None:
+    """A client whose service is down (the circuit-breaker guide's ``billing``)."""
+    raise ConnectionError("billing.internal: connection refused")
+
+
 #: Names a page's examples assume the reader has (their own objects), by page.
 GIVEN: dict[str, dict[str, Any]] = {
+    "docs/howto/rate-limit-an-api.md": {"crm": SimpleNamespace(push=lambda contact_id: None)},
+    "docs/howto/circuit-breaker.md": {"billing": SimpleNamespace(sync=_service_down)},
     "docs/explanation/flow-control.md": {"payments": SimpleNamespace(charge=lambda order_id: None)},
     "docs/reference/api.md": {"logger": logging.getLogger("docs.examples"), "users": []},
     "docs/tutorial.md": {"BASE_DIR": Path("/tmp")},
@@ -69,6 +77,9 @@ GIVEN: dict[str, dict[str, Any]] = {
 #: Pages whose examples import a module the test environment may not have, by page: they
 #: run where it is installed (``django.tasks``: the Django 6.x cells of CI).
 NEEDS = {"docs/howto/django-tasks.md": "django.tasks"}
+#: Settings a page's block assigns that its later blocks run under, by page (the
+#: Django-task guide's ``TASKS``, whose queue list its ``@task(queue_name=...)`` needs).
+PAGE_SETTINGS = {"docs/howto/django-tasks.md": ("TASKS",)}
 
 
 def blocks(page: str) -> list[tuple[int, str | None, str]]:
@@ -126,6 +137,7 @@ def run_examples(page: str, found: list[tuple[int, str | None, str]]) -> None:
     before = set(registry.all_tasks())
     namespace: dict[str, Any] = {"__name__": "docs_examples." + re.sub(r"\W", "_", page[:-3])}
     namespace.update(GIVEN.get(page, {}))
+    settings = contextlib.ExitStack()
     try:
         for number, (line, mark, code) in enumerate(found, 1):
             if mark is not None:
@@ -139,6 +151,9 @@ def run_examples(page: str, found: list[tuple[int, str | None, str]]) -> None:
                 _forget_redeclared(code, namespace)
                 exec(compile("\n" * line + code, page, "exec"), namespace)  # noqa: S102
                 _check_settings(code, namespace)
+                for name in PAGE_SETTINGS.get(page, ()):
+                    if name in namespace and name in code:
+                        settings.enter_context(override_settings(**{name: namespace[name]}))
             except Exception as exc:
                 raise ExampleError(
                     f"{page}, python block {number} (line {line}) failed; mark it "
@@ -146,6 +161,7 @@ def run_examples(page: str, found: list[tuple[int, str | None, str]]) -> None:
                     + traceback.format_exc(limit=-3)
                 ) from exc
     finally:
+        settings.close()
         for name in set(registry.all_tasks()) - before:
             registry.unregister(name)
 
