@@ -59,6 +59,8 @@ BLOCK = re.compile(
     r"(?:^<!-- example: (?P<mark>[^\n]*?) -->\n)?^```python\n(?P<code>.*?)^```\s*$",
     re.MULTILINE | re.DOTALL,
 )
+
+
 def _service_down(*args: Any) -> None:
     """A client whose service is down (the circuit-breaker guide's ``billing``)."""
     raise ConnectionError("billing.internal: connection refused")
