@@ -1,4 +1,4 @@
-"""The Python examples of the docs run (issue #20 item 2; decision 175).
+"""The Python examples of the docs run (issue #20 item 2; decisions 175, 176).
 
 Every fenced ``python`` block of the pages in :data:`PAGES` runs against the test
 settings and database, the blocks of one page in order in one namespace (a later block
@@ -33,7 +33,7 @@ from django_debounce.checks.settings import check_settings
 REPO = Path(__file__).resolve().parents[2]
 #: Pages left out for now. The contract is kept verbatim (its Python is a sketch of the
 #: rules); the how-to guides below are being rewritten on other branches beside their
-#: features, and are added when their branches land.
+#: features, and are added when their branches land (decision 176).
 LEFT_OUT = {
     "docs/reference/contract.md",
     "docs/howto/celery.md",
