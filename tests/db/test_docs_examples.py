@@ -192,3 +192,22 @@ def test_a_failing_block_is_named_by_page_block_and_line():
 def test_a_block_setting_a_value_the_checks_refuse_fails():
     with pytest.raises(ExampleError, match="the system checks refuse"):
         run_examples("docs/page.md", [(1, None, 'DEBOUNCE_LEASE = "soon"\n')])
+
+
+def test_a_block_that_does_not_parse_is_named_too():
+    with pytest.raises(ExampleError) as failed:
+        run_examples("docs/page.md", [(4, None, ">>> build_report.delay(42)\n")])
+    assert str(failed.value).startswith("docs/page.md, python block 1 (line 4) failed")
+    assert "SyntaxError" in str(failed.value)
+
+
+def test_a_setting_a_block_assigns_holds_for_the_later_blocks_of_its_page_only(monkeypatch):
+    from django.conf import settings
+
+    monkeypatch.setitem(PAGE_SETTINGS, "docs/page.md", ("DOCS_EXAMPLE_VALUE",))
+    found = [
+        (1, None, "DOCS_EXAMPLE_VALUE = 5\n"),
+        (3, None, "from django.conf import settings\nassert settings.DOCS_EXAMPLE_VALUE == 5\n"),
+    ]
+    run_examples("docs/page.md", found)
+    assert not hasattr(settings, "DOCS_EXAMPLE_VALUE")
