@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, router, transaction
@@ -282,7 +282,8 @@ def schedule_rows(
                 "task": periodic.task.name,
                 "cron": schedule.cron,
                 "tz": schedule.zone.key,
-                "next_tick": upcoming.isoformat() if upcoming else None,
+                # UTC, as every other instant of the status (the zone is in "tz").
+                "next_tick": upcoming.astimezone(UTC).isoformat() if upcoming else None,
                 "last_tick": last["tick"].isoformat() if last else None,
                 "last_outcome": last["outcome"] if last else None,
                 "last_job_id": last["job_id"] if last else None,

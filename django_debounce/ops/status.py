@@ -341,8 +341,10 @@ def render_status(snapshot: dict[str, Any], *, width: int = 80, height: int | No
         f" running, lease {_until(w['lease_expires_at'], now)}"
         for w in snapshot["workers"]
     ]
+    # The name takes what the cron, two times (up to 10 characters each) and the outcome leave.
+    schedule_w = max(10, width - 59)
     schedules = [
-        f"  {pad(cut_middle(p['name'], task_col - 14), task_col - 14)} {p['cron']:<13}"
+        f"  {pad(cut_middle(p['name'], schedule_w), schedule_w)} {p['cron']:<13}"
         f" next {_until(p['next_tick'], now)}, last {_until(p['last_tick'], now)}"
         f" {p['last_outcome'] or ''}"
         for p in snapshot.get("schedules", ())

@@ -289,3 +289,21 @@ def test_a_won_tick_deletes_the_schedules_ticks_older_than_a_week(clock, declare
             T + dt.timedelta(days=day) for day in range(2, 9)
         ]
         assert Job.objects.filter(task_name=name).count() == 9
+
+
+@pytest.mark.django_db
+def test_status_gives_ticks_in_utc_and_a_schedule_line_fits_the_width(clock, declare):
+    """A Paris schedule's next and last tick are both UTC instants (as every other instant of
+    the status), and its text line, with the outcome, fits an 80-column terminal."""
+    from django_debounce.ops.status import render_status
+
+    name = "a.rather.long.schedule.name.for.the.nightly.report"
+    declare("per.paris", Schedule("0 * * * *", tz="Europe/Paris", name=name))
+    clock(at=T + MINUTE)
+    PeriodicScheduler().defer_due()
+    data = collect_status()
+    (row,) = [r for r in data["schedules"] if r["name"] == name]
+    assert row["next_tick"] == (T + 60 * MINUTE).isoformat()
+    assert row["last_tick"] == T.isoformat()
+    (line,) = [line for line in render_status(data, width=80).splitlines() if "0 * * * *" in line]
+    assert len(line) <= 80 and line.endswith(" created"), line
