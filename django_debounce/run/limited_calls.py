@@ -13,6 +13,7 @@ or when its cancel is requested (a watcher reads the mark once per
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
@@ -90,6 +91,8 @@ async def _run_async(
         raise
     finally:
         watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
 
 
 async def _watch(inner: asyncio.Future[object], control: RunControl, cancelled: list[bool]) -> None:

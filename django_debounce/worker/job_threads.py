@@ -70,6 +70,7 @@ class JobThreads(WorkerStop):
         self._threads: list[threading.Thread] = []
         self._hard_runs: dict[threading.Thread, _Run] = {}
         self._stuck: list[threading.Thread] = []
+        self._overdue: list[_Run] = []  # retired runs whose failure is not written yet
         for _ in range(self.concurrency):
             self._add_thread()
         return self._threads
@@ -151,59 +152,72 @@ class JobThreads(WorkerStop):
             return list(getattr(self, "_hard_runs", {}).values())
 
     def _retire_overdue(self) -> None:
-        """Record each run past its hard limit failed, retire its thread and start a fresh one."""
+        """Retire each thread whose run passed its hard limit (a fresh one replaces it), record the run failed."""
         now = time.monotonic()
-        for run in self._runs_now():
-            deadline = run.control.hard_deadline
-            if deadline is None or now < deadline:
-                continue
-            job = run.job
-            task = registry.lookup(job.task_name)
-            error = JobTimeoutError(run.control.timeout_message(hard=True))
-            try:
-                outcomes.record_failure(
-                    job,
-                    error,
-                    worker_id=self.worker_id,
-                    using=self.using,
-                    min_backoff=task.options.min_backoff if task else None,
-                    max_backoff=task.options.max_backoff if task else None,
-                    retry_for=self.lease,
-                )
-            except (DatabaseError, InterfaceError):
-                logger.exception("could not record the hard timeout of job %s", job.pk)
-                continue  # the next wait tries again; the lease is still renewed meanwhile
-            with self._lock:
-                self._hard_runs.pop(run.thread, None)
-                if self._in_flight.get(job.pk) is job:
-                    del self._in_flight[job.pk]
-                self._threads.remove(run.thread)
-                self._stuck.append(run.thread)
-                self._stuck[:] = [thread for thread in self._stuck if thread.is_alive()]
-                stuck = len(self._stuck)
+        retired: list[_Run] = []
+        with self._lock:
+            for thread, run in list(getattr(self, "_hard_runs", {}).items()):
+                deadline = run.control.hard_deadline
+                if deadline is not None and now >= deadline:
+                    del self._hard_runs[thread]
+                    self._threads.remove(thread)
+                    self._stuck.append(thread)  # it takes no more work once its task returns
+                    retired.append(run)
+            self._stuck[:] = [thread for thread in self._stuck if thread.is_alive()]
+            stuck = len(self._stuck)
+        for run in retired:
+            self._add_thread()
+            self._overdue.append(run)
             logger.error(
-                "job %s (%s) ran past its hard time limit; recorded %s, thread %s retired "
-                "(%d stuck), a fresh thread replaces it",
-                job.pk,
-                job.task_name,
-                job.status,
+                "job %s (%s) ran past its hard time limit; thread %s retired (%d stuck), a "
+                "fresh thread replaces it",
+                run.job.pk,
+                run.job.task_name,
                 run.thread.name,
                 stuck,
-                extra={"action": "hard_timeout", "job_id": job.pk},
+                extra={"action": "hard_timeout", "job_id": run.job.pk},
             )
-            self._add_thread()
-            if stuck > settings.max_stuck_threads:
-                logger.error(
-                    "worker %s has %d stuck threads (DEBOUNCE_MAX_STUCK_THREADS=%d): stopping to "
-                    "be restarted (exit status %d)",
-                    self.worker_id,
-                    stuck,
-                    settings.max_stuck_threads,
-                    EXIT_STUCK,
-                    extra={"action": "stuck_exit"},
-                )
-                self.exit_code = EXIT_STUCK
-                self.stop()
+        for run in list(getattr(self, "_overdue", ())):
+            if self._record_timeout(run):
+                self._overdue.remove(run)
+        if retired and stuck > settings.max_stuck_threads:
+            logger.error(
+                "worker %s has %d stuck threads (DEBOUNCE_MAX_STUCK_THREADS=%d): stopping to "
+                "be restarted (exit status %d)",
+                self.worker_id,
+                stuck,
+                settings.max_stuck_threads,
+                EXIT_STUCK,
+                extra={"action": "stuck_exit"},
+            )
+            self.exit_code = EXIT_STUCK
+            self.stop()
+
+    def _record_timeout(self, run: _Run) -> bool:
+        """Record ``run`` failed with its hard timeout (fenced: a run that ended meanwhile keeps its end).
+
+        Returns False when the database refused for now (the job stays held and
+        renewed; the next wait tries again).
+        """
+        job = run.job
+        task = registry.lookup(job.task_name)
+        try:
+            outcomes.record_failure(
+                job,
+                JobTimeoutError(run.control.timeout_message(hard=True)),
+                worker_id=self.worker_id,
+                using=self.using,
+                min_backoff=task.options.min_backoff if task else None,
+                max_backoff=task.options.max_backoff if task else None,
+                retry_for=self.lease,
+            )
+        except (DatabaseError, InterfaceError):
+            logger.exception("could not record the hard timeout of job %s", job.pk)
+            return False
+        with self._lock:
+            if self._in_flight.get(job.pk) is job:  # no more renewals: its lease is gone
+                del self._in_flight[job.pk]
+        return True
 
 
 __all__ = ["EXIT_STUCK", "JobThreads"]

@@ -18,7 +18,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from django_debounce import task
+from django_debounce import debounced_task, task
 from django_debounce.context import JobContext
 from django_debounce.exceptions import JobCancelledError
 from django_debounce.models import DeadLetter, Job
@@ -173,3 +173,32 @@ def test_the_command_cancels_waiting_jobs_and_names_missing_ones():
         call_command("debounce_cancel", "999999", stdout=StringIO())
     with pytest.raises(CommandError, match="is not a job id"):
         call_command("debounce_cancel", "x", stdout=StringIO())
+
+
+@debounced_task(name="tl.window_steps", debounce="1s", debounce_max_wait="1m", debounce_key="{0}")
+def window_steps(key: str) -> str:
+    context_free_steps()
+    return key
+
+
+def context_free_steps() -> None:
+    STARTED.set()
+    for _ in range(500):
+        if RAN:  # set by the test once the cancel is asked: not a checkpoint
+            return
+        time.sleep(0.01)
+
+
+def test_the_window_handle_asks_its_keys_running_job_to_stop():
+    job = window_steps.delay("k")
+    window_steps.window("k").flush()
+    thread = _worker()
+    assert STARTED.wait(5)
+    assert window_steps.window("k").cancel_running().requested == [job.pk]
+    RAN.append("release")
+    thread.join(5)
+    job.refresh_from_db()
+    # The task never looked: it ran to its end, a success; the mark stays as the record.
+    assert (job.status, job.result) == (Status.SUCCESSFUL, "k")
+    assert job.cancel_requested_at is not None
+    assert window_steps.window("k").cancel_running().requested == []
