@@ -100,9 +100,9 @@ class JobContext:
         """Return at once, or raise when the run should stop; call it between steps of long work.
 
         Raises:
-            JobCancelledError: a cancel was requested (the job ends CANCELLED if the
+            JobCancelled: a cancel was requested (the job ends CANCELLED if the
                 task lets it propagate; docs/howto/cancel-running-jobs.md).
-            JobTimeoutError: the run passed its ``timeout`` (a failure, retried or
+            JobTimeout: the run passed its ``timeout`` (a failure, retried or
                 dead-lettered by the task's policy; docs/howto/time-limits.md).
             DatabaseError: reading the cancel mark failed.
         """

@@ -91,7 +91,7 @@ class CeleryFeatureError(DebounceError, AttributeError):
     """
 
 
-class JobCancelledError(DebounceError):
+class JobCancelled(DebounceError):  # noqa: N818 (a signal to the task; decision 186)
     """The running job was asked to stop (``Job.cancel()``, the admin, ``debounce_cancel``).
 
     Raised by :meth:`~django_debounce.context.JobContext.checkpoint` once a
@@ -101,7 +101,7 @@ class JobCancelledError(DebounceError):
     """
 
 
-class JobTimeoutError(DebounceError):
+class JobTimeout(DebounceError):  # noqa: N818 (a signal to the task; decision 187)
     """The running job passed its ``timeout`` (its soft limit).
 
     Raised by :meth:`~django_debounce.context.JobContext.checkpoint` past the

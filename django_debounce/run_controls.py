@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 import time
 
-from .exceptions import JobCancelledError, JobTimeoutError
+from .exceptions import JobCancelled, JobTimeout
 
 
 class RunControl:
@@ -107,13 +107,13 @@ class RunControl:
         """Raise if the run should stop now; otherwise return at once.
 
         Raises:
-            JobCancelledError: a cancel of the job was requested (decision 186).
-            JobTimeoutError: the run passed its ``timeout`` (decision 187).
+            JobCancelled: a cancel of the job was requested (decision 186).
+            JobTimeout: the run passed its ``timeout`` (decision 187).
         """
         if self.cancel_requested:
-            raise JobCancelledError(f"job {self.job_id} was cancelled while it ran (Job.cancel())")
+            raise JobCancelled(f"job {self.job_id} was cancelled while it ran (Job.cancel())")
         if self.timed_out():
-            raise JobTimeoutError(self.timeout_message())
+            raise JobTimeout(self.timeout_message())
 
     def timeout_message(self, *, hard: bool = False) -> str:
         """The error text of a run that passed its limit (``hard``: the hard one)."""

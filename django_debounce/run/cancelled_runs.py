@@ -2,7 +2,7 @@
 
 ``Job.cancel()`` marks a RUNNING job (``cancel_requested_at``); the task sees
 the mark through its context and stops (it raises
-:class:`~django_debounce.exceptions.JobCancelledError`, or an async task is
+:class:`~django_debounce.exceptions.JobCancelled`, or an async task is
 cancelled). :func:`record_cancelled` writes that end: CANCELLED, no retry,
 no dead letter (a planned outcome, as for a READY job cancelled, §8), the
 lease, window and lock cleared, the READY dependents cancelled in the same

@@ -16,7 +16,7 @@ from django.db import DatabaseError, connections, transaction
 
 from .. import codec, registry
 from ..context import JobContext
-from ..exceptions import JobCancelledError
+from ..exceptions import JobCancelled
 from ..log_fields import job_fields
 from ..models import Job
 from ..run_controls import RunControl
@@ -78,11 +78,11 @@ def run_job(
 
     A job whose cancel was requested (``cancel_requested_at``, decision 186)
     ends CANCELLED when its task raises
-    :class:`~django_debounce.exceptions.JobCancelledError` (its context's
+    :class:`~django_debounce.exceptions.JobCancelled` (its context's
     ``checkpoint()``; an async task cancelled by the watcher) or raises
     anything else after the request; one claimed with the request already
     made ends CANCELLED without running. A timed-out run (``timeout``,
-    decision 187) fails with :class:`~django_debounce.exceptions.JobTimeoutError`,
+    decision 187) fails with :class:`~django_debounce.exceptions.JobTimeout`,
     retried or dead-lettered by the task's policy.
 
     Raises:
@@ -132,7 +132,7 @@ def run_job(
     except BaseException as exc:  # SystemExit, KeyboardInterrupt too: the run's error
         if is_host_stop(exc):
             raise  # a signal handler ending the process, not the task (decision 150)
-        if isinstance(exc, JobCancelledError) or _cancel_requested(control):
+        if isinstance(exc, JobCancelled) or _cancel_requested(control):
             # Stopped on request, or failed after it: CANCELLED, never retried (decision 186).
             error, tb = format_error(exc), format_traceback(exc)
             record_cancelled(

@@ -5,9 +5,9 @@ of a run (its ``timeout``: the call's, else the task's; the hard limit of a
 sync task, ``timeout + DEBOUNCE_TIMEOUT_GRACE``; the cancel mark the claim
 read). :func:`call_task` calls the task: a sync one plainly (it observes its
 limits through its context), an async one as an asyncio task that is
-cancelled at its ``timeout`` (:class:`~django_debounce.exceptions.JobTimeoutError`)
+cancelled at its ``timeout`` (:class:`~django_debounce.exceptions.JobTimeout`)
 or when its cancel is requested (a watcher reads the mark once per
-``DEBOUNCE_CANCEL_POLL_INTERVAL``: :class:`~django_debounce.exceptions.JobCancelledError`).
+``DEBOUNCE_CANCEL_POLL_INTERVAL``: :class:`~django_debounce.exceptions.JobCancelled`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 from asgiref.sync import async_to_sync, sync_to_async
 
 from ..conf import settings
-from ..exceptions import JobCancelledError, JobTimeoutError
+from ..exceptions import JobCancelled, JobTimeout
 from ..models import Job
 from ..registry import RegisteredTask
 from ..run_controls import RunControl
@@ -56,8 +56,8 @@ def call_task(
     """Call ``task`` with ``args``/``kwargs`` under ``control``; return what it returned.
 
     Raises:
-        JobTimeoutError: an async task was cancelled at its limit.
-        JobCancelledError: an async task was cancelled because its cancel was requested.
+        JobTimeout: an async task was cancelled at its limit.
+        JobCancelled: an async task was cancelled because its cancel was requested.
         BaseException: whatever the task raised.
     """
     if task.is_async:
@@ -81,13 +81,13 @@ async def _run_async(
         return await asyncio.wait_for(inner, max(left, 0.0))
     except asyncio.CancelledError:
         if cancelled:
-            raise JobCancelledError(
+            raise JobCancelled(
                 f"job {control.job_id} was cancelled while it ran (Job.cancel())"
             ) from None
         raise
     except TimeoutError:
         if control.timed_out() and inner.cancelled():
-            raise JobTimeoutError(control.timeout_message()) from None
+            raise JobTimeout(control.timeout_message()) from None
         raise
     finally:
         watcher.cancel()

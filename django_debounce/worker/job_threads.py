@@ -7,7 +7,7 @@ with a ``timeout`` has a soft limit its task observes (``context.time_left``,
 ``context.checkpoint()``) and, for a sync task, a hard limit ``timeout +
 DEBOUNCE_TIMEOUT_GRACE``. Python cannot stop a thread, so past the hard limit
 the loop gives up on it: the run is recorded failed with
-:class:`~django_debounce.exceptions.JobTimeoutError` (retried or dead-lettered by
+:class:`~django_debounce.exceptions.JobTimeout` (retried or dead-lettered by
 the task's policy; its lease, window and lock released, so later jobs of its
 key can run), the thread is retired (it exits once its task returns; what the
 task returns then is discarded, every outcome write being fenced on the run,
@@ -31,7 +31,7 @@ from django.db import DatabaseError, InterfaceError, close_old_connections, conn
 
 from .. import registry
 from ..conf import settings
-from ..exceptions import JobTimeoutError
+from ..exceptions import JobTimeout
 from ..models import Job
 from ..run import outcomes
 from ..run.execution import run_job
@@ -204,7 +204,7 @@ class JobThreads(WorkerStop):
         try:
             outcomes.record_failure(
                 job,
-                JobTimeoutError(run.control.timeout_message(hard=True)),
+                JobTimeout(run.control.timeout_message(hard=True)),
                 worker_id=self.worker_id,
                 using=self.using,
                 min_backoff=task.options.min_backoff if task else None,

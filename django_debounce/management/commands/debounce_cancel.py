@@ -29,7 +29,7 @@ class Command(BaseCommand):
     help = (
         "Cancel jobs by id: a waiting (READY) job ends CANCELLED at once; a RUNNING job is asked "
         "to stop (its task sees context.cancel_requested, context.checkpoint() raises "
-        "JobCancelledError, an async task is cancelled) and ends CANCELLED when it does. A task that "
+        "JobCancelled, an async task is cancelled) and ends CANCELLED when it does. A task that "
         "never checks runs to its end. Finished jobs are left alone."
     )
 

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from django_debounce import debounced_task, task
 from django_debounce.context import JobContext
-from django_debounce.exceptions import JobCancelledError
+from django_debounce.exceptions import JobCancelled
 from django_debounce.models import DeadLetter, Job
 from django_debounce.ops.cancels import cancel_jobs
 from django_debounce.run_controls import RunControl
@@ -103,7 +103,7 @@ def _cancel_while_running(job: Job) -> tuple[Job, float]:
 def test_a_running_job_stops_at_its_checkpoint_and_ends_cancelled():
     job, took = _cancel_while_running(steps.delay())
     assert job.status == Status.CANCELLED
-    assert job.error.startswith("django_debounce.exceptions.JobCancelledError: ")
+    assert job.error.startswith("django_debounce.exceptions.JobCancelled: ")
     assert job.attempts == 1
     assert job.cancel_requested_at is not None
     assert job.finished_at is not None and job.lease_expires_at is None
@@ -128,7 +128,7 @@ def test_a_failure_after_the_request_ends_cancelled_without_a_retry():
 def test_an_async_task_is_cancelled():
     job, took = _cancel_while_running(asleep.delay())
     assert job.status == Status.CANCELLED
-    assert job.error.startswith("django_debounce.exceptions.JobCancelledError: ")
+    assert job.error.startswith("django_debounce.exceptions.JobCancelled: ")
     assert RAN == ["cancelled"]
     assert took < 2
 
@@ -160,7 +160,7 @@ def test_the_context_reads_the_mark_at_most_once_per_interval(settings):
     assert len(queries) == 1
     Job.objects.filter(pk=job.pk).update(cancel_requested_at=timezone.now())
     assert control.read_cancel() is True
-    with pytest.raises(JobCancelledError):
+    with pytest.raises(JobCancelled):
         control.checkpoint()
 
 

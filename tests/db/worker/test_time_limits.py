@@ -30,7 +30,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 Status = Job.Status
 RELEASE = threading.Event()
 RAN: list[str] = []
-TIMEOUT_ERROR = "django_debounce.exceptions.JobTimeoutError: "
+TIMEOUT_ERROR = "django_debounce.exceptions.JobTimeout: "
 
 
 @pytest.fixture(autouse=True)

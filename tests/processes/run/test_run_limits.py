@@ -22,7 +22,7 @@ from tests.testapp.models import CallLog
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 Status = Job.Status
-TIMEOUT_ERROR = "django_debounce.exceptions.JobTimeoutError: "
+TIMEOUT_ERROR = "django_debounce.exceptions.JobTimeout: "
 
 
 def test_stuck_threads_are_replaced_then_the_worker_exits_75(tmp_path):
@@ -58,4 +58,4 @@ def test_a_running_job_is_cancelled_from_another_connection(tmp_path):
         worker.send(signal.SIGTERM)
         assert worker.wait(60) == 0, worker.tail()
     job.refresh_from_db()
-    assert job.error.startswith("django_debounce.exceptions.JobCancelledError: ")
+    assert job.error.startswith("django_debounce.exceptions.JobCancelled: ")

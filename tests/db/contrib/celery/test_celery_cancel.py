@@ -48,6 +48,6 @@ def test_a_job_run_by_the_celery_executor_stops_at_its_checkpoint(settings):
     thread.join(5)
     job.refresh_from_db()
     assert job.status == Job.Status.CANCELLED
-    assert job.error.startswith("django_debounce.exceptions.JobCancelledError: ")
+    assert job.error.startswith("django_debounce.exceptions.JobCancelled: ")
     assert results == [None]
     assert not DeadLetter.objects.exists()
