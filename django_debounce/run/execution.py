@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from datetime import timedelta
 
-from django.db import DatabaseError, connections, transaction
+from django.db import DatabaseError, InterfaceError, connections, transaction
 
 from .. import codec, registry
 from ..context import JobContext
@@ -167,7 +167,7 @@ def _cancel_requested(control: RunControl) -> bool:
     """Read the run's cancel mark after a failure (a read error counts as no request)."""
     try:
         return control.read_cancel()
-    except DatabaseError:
+    except (DatabaseError, InterfaceError):
         return False
 
 

@@ -14,16 +14,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
+from django.db import DatabaseError, InterfaceError
 
 from ..conf import settings
 from ..exceptions import JobCancelled, JobTimeout
 from ..models import Job
 from ..registry import RegisteredTask
 from ..run_controls import RunControl
+
+#: The worker's documented logger (docs/reference/commands.md).
+logger = logging.getLogger("django_debounce.worker")
 
 
 def control_for(job: Job, task: RegisteredTask, *, using: str) -> RunControl:
@@ -106,7 +111,12 @@ async def _watch(inner: asyncio.Future[object], control: RunControl, cancelled: 
             inner.cancel()
             return
         await asyncio.sleep(control.poll_interval)
-        await read()
+        try:
+            await read()
+        except (DatabaseError, InterfaceError):  # the task runs on; read again next interval
+            logger.warning(
+                "could not read the cancel mark of job %s", control.job_id, exc_info=True
+            )
 
 
 __all__ = ["call_task", "control_for"]
