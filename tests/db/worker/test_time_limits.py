@@ -172,3 +172,29 @@ def test_more_stuck_threads_than_allowed_stop_the_worker_with_status_75(settings
     assert time.monotonic() - began < 3
     job.refresh_from_db()
     assert job.status == Status.FAILED and job.error.startswith(TIMEOUT_ERROR)
+
+
+@task(name="tl.hangs_with_a_retry", timeout=0.2, max_retries=1)
+def hangs_with_a_retry() -> str:
+    RAN.append("start")
+    while not RELEASE.is_set():
+        time.sleep(0.01)
+    return "late"
+
+
+def test_a_hard_timeout_with_retries_left_is_retried_after_its_backoff():
+    job = hangs_with_a_retry.delay()
+    worker = WorkerThread("tl-retry", concurrency=1, poll_interval=0.05).start()
+    try:
+        wait_for(
+            lambda: Job.objects.filter(pk=job.pk, status=Status.READY, attempts=1).exists(),
+            timeout=5,
+            what="the hard timeout to schedule the retry",
+        )
+    finally:
+        RELEASE.set()
+        worker.stop()
+    job.refresh_from_db()
+    assert (job.attempts, job.worker_id, job.lease_expires_at) == (1, "", None)
+    assert job.error.startswith(TIMEOUT_ERROR) and job.run_at > job.started_at
+    assert not DeadLetter.objects.exists()
