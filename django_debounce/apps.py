@@ -20,6 +20,7 @@ from .worker.wakeup_redis import publish_after_commit
 
 if TYPE_CHECKING:
     from .models import DeadLetter, Job
+    from .ops.cancels import CancelResult
 
 
 class DjangoDebounceConfig(AppConfig):
@@ -55,6 +56,12 @@ class DjangoDebounceConfig(AppConfig):
         from .ops.dead_letters import retry_dead_letter
 
         return retry_dead_letter(letter, force=force)
+
+    def cancel_jobs(self, job_ids: list[int], *, using: str) -> CancelResult:
+        """Cancel ``job_ids``: what :meth:`.Job.cancel` delegates to (decisions 69, 186)."""
+        from .ops.cancels import cancel_jobs
+
+        return cancel_jobs(job_ids, using=using)
 
 
 def _metrics_wanted() -> bool:

@@ -15,8 +15,10 @@ so ``from django_debounce import JobContext`` is safe in settings and in
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
+
+from .run_controls import RunControl
 
 if TYPE_CHECKING:
     from .models import Job
@@ -65,19 +67,55 @@ class JobContext:
             * ``"inline"``: the task was called directly, with no job.
 
             On a first attempt it equals ``Job.run_reason``.
+        control: the run's cancel mark and time limits
+            (:class:`~django_debounce.run_controls.RunControl`), read through
+            :attr:`cancel_requested`, :attr:`time_left` and :meth:`checkpoint`.
     """
 
     job: Job | None
     attempt: int
     calls_collapsed: int
     run_reason: RunReason
+    control: RunControl = field(default_factory=lambda: RunControl(None), repr=False, compare=False)
+
+    @property
+    def cancel_requested(self) -> bool:
+        """True once ``Job.cancel()`` asked this running job to stop (decision 186).
+
+        Reads the job's row at most once per ``DEBOUNCE_CANCEL_POLL_INTERVAL``
+        (1 s by default), so ask as often as you like. A task that never asks
+        runs to its end and ends as it would have. Always False inline.
+
+        Raises:
+            DatabaseError: the read failed.
+        """
+        return self.control.cancel_requested
+
+    @property
+    def time_left(self) -> float | None:
+        """Seconds left before the run's ``timeout`` (negative past it); ``None`` without one (decision 187)."""
+        return self.control.time_left()
+
+    def checkpoint(self) -> None:
+        """Return at once, or raise when the run should stop; call it between steps of long work.
+
+        Raises:
+            JobCancelled: a cancel was requested (the job ends CANCELLED if the
+                task lets it propagate; docs/howto/cancel-running-jobs.md).
+            JobTimeout: the run passed its ``timeout`` (a failure, retried or
+                dead-lettered by the task's policy; docs/howto/time-limits.md).
+            DatabaseError: reading the cancel mark failed.
+        """
+        self.control.checkpoint()
 
     @classmethod
-    def for_job(cls, job: Job) -> JobContext:
+    def for_job(cls, job: Job, control: RunControl | None = None) -> JobContext:
         """Return the context of a run of ``job``, which a worker has just claimed.
 
         Args:
             job: a claimed job (``attempts`` >= 1 already counts this run).
+            control: the run's control (default: one without limits, reading
+                ``job``'s cancel mark on the default database).
         """
         attempt = max(1, job.attempts)
         reason: RunReason
@@ -92,7 +130,11 @@ class JobContext:
             else:
                 reason = "not_debounced"
         return cls(
-            job=job, attempt=attempt, calls_collapsed=job.enqueue_count - 1, run_reason=reason
+            job=job,
+            attempt=attempt,
+            calls_collapsed=job.enqueue_count - 1,
+            run_reason=reason,
+            control=control or RunControl(job.pk),
         )
 
     @classmethod

@@ -89,3 +89,24 @@ class CeleryFeatureError(DebounceError, AttributeError):
     Celery task stays reachable as ``.celery_task`` (bypassing the window).
     An ``AttributeError``, so ``hasattr`` still answers ``False``.
     """
+
+
+class JobCancelled(DebounceError):  # noqa: N818 (a signal to the task; decision 186)
+    """The running job was asked to stop (``Job.cancel()``, the admin, ``debounce_cancel``).
+
+    Raised by :meth:`~django_debounce.context.JobContext.checkpoint` once a
+    cancel was requested; a task that lets it propagate ends CANCELLED (no
+    retry, no dead letter, decision 186). A task that catches it and returns
+    ends as it returned. Decision 186; docs/howto/cancel-running-jobs.md.
+    """
+
+
+class JobTimeout(DebounceError):  # noqa: N818 (a signal to the task; decision 187)
+    """The running job passed its ``timeout`` (its soft limit).
+
+    Raised by :meth:`~django_debounce.context.JobContext.checkpoint` past the
+    limit, and recorded as the error of an async task cancelled at its limit
+    and of a sync task that ran past its hard limit: a failure like any
+    other, retried or dead-lettered by the task's policy (decision 187;
+    docs/howto/time-limits.md).
+    """

@@ -116,6 +116,10 @@ class Job(models.Model):
     worker_id = models.CharField(max_length=255, blank=True, default="")
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     """While RUNNING: the claim's lease; a worker renews it, another reclaims after it (§7)."""
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    """When ``cancel()`` asked the running job to stop (decision 186)."""
+    timeout = models.DurationField(null=True, blank=True)
+    """The call's soft time limit, else NULL (the task's, decision 187)."""
     depends_on = models.ManyToManyField(
         "self",
         through="JobDependency",
@@ -195,6 +199,18 @@ class Job(models.Model):
         if self.max_run_at is not None and self.run_at >= self.max_run_at:
             return "max_wait"
         return "quiet"
+
+    def cancel(self, *, using: str | None = None) -> Any:
+        """Cancel it: READY ends CANCELLED, RUNNING is asked to stop (decisions 69, 186).
+
+        Returns :func:`django_debounce.ops.cancels.cancel_jobs`'s result; ``using`` defaults to the row's.
+        """
+        config = cast(_JobCanceller, apps.get_app_config(self._meta.app_label))
+        return config.cancel_jobs([self.pk], using=using or self._state.db or DEFAULT_DB_ALIAS)
+
+
+class _JobCanceller(Protocol):
+    def cancel_jobs(self, job_ids: list[int], *, using: str) -> Any: ...
 
 
 class OpenWindow(Job):

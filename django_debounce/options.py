@@ -88,6 +88,8 @@ class TaskOptions:
     idempotent: bool = False
     expires: timedelta | None = field(default=None, metadata=_PER_CALL)
     """How long after an enqueue the job expires; a call may give an aware datetime."""
+    timeout: timedelta | None = field(default=None, metadata=_PER_CALL)
+    """The run's soft time limit (decision 187); ``None``: none."""
     min_backoff: timedelta | None = None
     max_backoff: timedelta | None = None
     metadata: dict[str, object] = field(default_factory=dict, metadata=_PER_CALL)
@@ -188,6 +190,7 @@ def declare(where: str, options: Mapping[str, object]) -> TaskOptions:
     first = {name: value for name, value in options.items() if name not in later}
     first["debounce"] = _duration(options.get("debounce"), "debounce")
     first["debounce_max_wait"] = _duration(options.get("debounce_max_wait"), "debounce_max_wait")
+    first["timeout"] = _duration(options.get("timeout"), "timeout")
     # The caller's values are unchecked here: ``__post_init__`` checks them.
     declared = TaskOptions(**first, origin=Origin(where))  # type: ignore[arg-type]
     if all(options.get(name) is None for name in later):
@@ -223,6 +226,8 @@ def merge_call(
         changes["debounce"] = _duration(changes["debounce"], "debounce")
     if "debounce_max_wait" in changes:
         changes["debounce_max_wait"] = _duration(changes["debounce_max_wait"], "debounce_max_wait")
+    if "timeout" in changes:
+        changes["timeout"] = _duration(changes["timeout"], "timeout")
     if not changes:  # the task's own options: check them as this call without copying them
         return defaults, _check_call(defaults, where, options)[1]
     # The caller's values are unchecked here: ``__post_init__`` checks them.
@@ -404,3 +409,4 @@ class Plan:
     unique_key: str | None = None
     unique_lock: str | None = None
     depends_on: tuple[int, ...] = ()
+    timeout: timedelta | None = None

@@ -7,7 +7,8 @@ All are sent with ``sender=Job`` and keyword arguments:
   ``coalesced``.
 * ``job_started(job)``: a worker is about to run the job.
 * ``job_finished(job, status)``: a run ended; ``status`` is the job's status
-  after it (``SUCCESSFUL``, ``READY`` for a scheduled retry, ``FAILED``).
+  after it (``SUCCESSFUL``, ``READY`` for a scheduled retry, ``FAILED``,
+  ``CANCELLED`` for a running job stopped on request, decision 186).
 * ``job_dead_lettered(job, dead_letter)``: a dead letter was written. Shed jobs
   send nothing (§6).
 

@@ -126,6 +126,10 @@ if os.environ.get("DEBOUNCE_TEST_PREFETCH"):
     DEBOUNCE_PREFETCH = int(os.environ["DEBOUNCE_TEST_PREFETCH"])
 if os.environ.get("DEBOUNCE_TEST_SUCCESS_FLUSH_INTERVAL"):
     DEBOUNCE_SUCCESS_FLUSH_INTERVAL = float(os.environ["DEBOUNCE_TEST_SUCCESS_FLUSH_INTERVAL"])
+# Time-limit and cancel tests (decisions 186, 187) set these in worker subprocesses.
+for _name in ("TIMEOUT_GRACE", "CANCEL_POLL_INTERVAL", "MAX_STUCK_THREADS"):
+    if os.environ.get(f"DEBOUNCE_TEST_{_name}"):
+        globals()[f"DEBOUNCE_{_name}"] = json.loads(os.environ[f"DEBOUNCE_TEST_{_name}"])
 DEBOUNCE_MIN_BACKOFF = "5s"
 DEBOUNCE_MAX_BACKOFF = "5m"
 # CoDel tests give worker subprocesses a DEBOUNCE_QUEUES (JSON in the environment).

@@ -63,7 +63,7 @@ class JobAdmin(WindowActionsAdmin):
     list_filter = ["status", QueueFilter, TaskNameFilter, ("created_at", admin.DateFieldListFilter)]
     search_fields = ["=id", "=debounce_key", "=task_name"]
     search_help_text = _("Exact job id, debounce key or task name.")
-    actions = ["run_now", "cancel"]
+    actions = ["run_now", "cancel", "cancel_running"]
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Any], search_term: str

@@ -18,7 +18,7 @@ from django.utils.translation import ngettext
 
 from ..flow import hold_reasons
 from ..models import Job
-from ..ops import windows
+from ..ops import cancels, windows
 from .base import MAX_ACTION_ROWS, CallDisplayAdmin
 
 
@@ -173,3 +173,36 @@ class WindowActionsAdmin(CallDisplayAdmin):
                 len(result.cancelled_dependents),
             ) % {"count": len(result.cancelled_dependents)}
         self._report(request, text, result)
+
+    @admin.action(description=_("Cancel, asking running jobs to stop"), permissions=["windows"])
+    def cancel_running(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        """Cancel the selected jobs, RUNNING ones by request (:func:`django_debounce.ops.cancels.cancel_jobs`, decision 186)."""
+        if not self.has_windows_permission(request):
+            raise PermissionDenied
+        ids = self._selected(request, queryset)
+        if ids is None:
+            return
+        result = cancels.cancel_jobs(ids)
+        if result.cancelled:
+            count = len(result.cancelled) + len(result.cancelled_dependents)
+            text = ngettext("%(count)d job cancelled.", "%(count)d jobs cancelled.", count)
+            self.message_user(request, text % {"count": count}, messages.SUCCESS)
+        if result.requested:
+            text = ngettext(
+                "Cancel requested for %(count)d running job: it stops at its next checkpoint "
+                "(a task that never checks runs to its end): %(ids)s.",
+                "Cancel requested for %(count)d running jobs: they stop at their next "
+                "checkpoint (a task that never checks runs to its end): %(ids)s.",
+                len(result.requested),
+            )
+            ids_text = ", ".join(f"#{pk}" for pk in result.requested)
+            self.message_user(
+                request, text % {"count": len(result.requested), "ids": ids_text}, messages.INFO
+            )
+        if result.finished:
+            text = ngettext(
+                "%(count)d job left alone: it already finished.",
+                "%(count)d jobs left alone: they already finished.",
+                len(result.finished),
+            )
+            self.message_user(request, text % {"count": len(result.finished)}, messages.WARNING)

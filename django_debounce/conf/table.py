@@ -29,6 +29,7 @@ from .executor import (
 from .metrics import parse_buckets, parse_metrics_enabled
 from .numbers import (
     parse_backoff_jitter,
+    parse_count,
     parse_enqueue_retries,
     parse_flush_interval,
     parse_max_payload_bytes,
@@ -124,6 +125,32 @@ class Settings:
         parse_wakeup,
         "E020",
         "Use one of 'auto', 'notify', 'redis', 'poll' (docs/howto/wakeup.md).",
+    )
+    #: Longest a running job's context trusts its last read of a cancel request (decision 186).
+    cancel_poll_interval = Setting(
+        "DEBOUNCE_CANCEL_POLL_INTERVAL",
+        1.0,
+        partial(parse_poll_interval, name="DEBOUNCE_CANCEL_POLL_INTERVAL"),
+        "E060",
+        "Seconds between a running job's reads of its cancel request, e.g. "
+        "DEBOUNCE_CANCEL_POLL_INTERVAL = 1.0 (docs/howto/cancel-running-jobs.md).",
+    )
+    #: How long past its timeout a sync job may run before its thread is retired (decision 187).
+    timeout_grace = Setting(
+        "DEBOUNCE_TIMEOUT_GRACE",
+        "10s",
+        _duration("DEBOUNCE_TIMEOUT_GRACE"),
+        "E061",
+        _duration_hint("DEBOUNCE_TIMEOUT_GRACE"),
+    )
+    #: Retired (stuck) job threads a worker keeps before it exits to be restarted (decision 187).
+    max_stuck_threads = Setting(
+        "DEBOUNCE_MAX_STUCK_THREADS",
+        2,
+        partial(parse_count, name="DEBOUNCE_MAX_STUCK_THREADS", low=0),
+        "E062",
+        "An int >= 0, e.g. DEBOUNCE_MAX_STUCK_THREADS = 2 (the default): one more stuck "
+        "thread and the worker exits with status 75 (docs/howto/time-limits.md).",
     )
     #: How long SIGTERM waits for running jobs.
     shutdown_grace = Setting(

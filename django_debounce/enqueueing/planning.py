@@ -79,6 +79,7 @@ def plan_call(
         unique_key=unique_key,
         unique_lock=keys.window_hash(task_name, unique_key) if unique_key is not None else None,
         depends_on=depends_on,
+        timeout=merged.timeout,
     )
 
 

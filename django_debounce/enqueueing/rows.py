@@ -36,6 +36,7 @@ def new_job(plan: Plan, now: datetime) -> Job:
         enqueue_count=1,
         last_enqueued_at=now,
         max_retries=plan.max_retries,
+        timeout=plan.timeout,
         metadata=plan.metadata,
         notes=plan.notes,
         expires_at=plan.expires_at,

@@ -130,6 +130,7 @@ _CONSTANTS = {
     "finished_at": "NULL",
     "worker_id": "''",
     "lease_expires_at": "NULL",
+    "cancel_requested_at": "NULL",
 }
 
 
@@ -213,6 +214,7 @@ def slide_or_insert(plan: Plan, now: datetime, using: str) -> Job | None:
         "key_hash": plan.window_key,
         "last_enqueued_at": now,
         "max_retries": plan.max_retries,
+        "timeout": plan.timeout,
         "metadata": plan.metadata,
         "notes": plan.notes,
         "expires_at": plan.expires_at,
@@ -268,6 +270,7 @@ def window_row(
         "enqueue_count": calls,
         "last_enqueued_at": now,
         "max_retries": first.max_retries,
+        "timeout": first.timeout,
         "metadata": first.metadata,
         "notes": first.notes,
         "expires_at": first.expires_at,

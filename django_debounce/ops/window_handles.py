@@ -40,6 +40,7 @@ from ..models import Job
 from ..registry import RegisteredTask
 from ..validators import check_task_name
 from . import windows as actions
+from .cancels import CancelResult, cancel_jobs
 from .window_states import WindowAction, WindowState, in_flight, shown, state_of, with_edge
 
 __all__ = [
@@ -139,6 +140,22 @@ class Window:
             calls and payload) and the dependents, or ``"claimed"``/``"no_window"``.
         """
         return Windows((self,)).cancel(now=now)[0]
+
+    def cancel_running(self) -> CancelResult:
+        """Ask the key's RUNNING job to stop, as ``Job.cancel()`` does (decision 186).
+
+        Its task sees the request through its context and the job ends
+        CANCELLED when it stops; the key's open window, if any, is left alone
+        (:meth:`cancel` ends it). One indexed read, then
+        :func:`~django_debounce.ops.cancels.cancel_jobs`.
+
+        Returns:
+            :class:`~django_debounce.ops.cancels.CancelResult`: ``requested``
+            names the running job, empty when nothing of the key runs.
+        """
+        db = _db(self.using)
+        running = Job.objects.using(db).running().filter(key_hash=self.window_key)
+        return cancel_jobs(list(running.values_list("pk", flat=True)), using=db)
 
 
 @dataclass(frozen=True)

@@ -9,19 +9,23 @@ outside any transaction; the outcome is written by :mod:`django_debounce.run.out
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import timedelta
 
-from asgiref.sync import async_to_sync
-from django.db import DatabaseError, connections, transaction
+from django.db import DatabaseError, InterfaceError, connections, transaction
 
 from .. import codec, registry
 from ..context import JobContext
+from ..exceptions import JobCancelled
 from ..log_fields import job_fields
 from ..models import Job
+from ..run_controls import RunControl
 from ..signals import job_started, send_signal
 from . import outcomes
+from .cancelled_runs import record_cancelled
 from .interrupts import is_host_stop
-from .storable import storable_result
+from .limited_calls import call_task, control_for
+from .storable import format_error, format_traceback, storable_result
 from .success_batches import SuccessBatch
 from .unknown_tasks import handle_unknown_task
 
@@ -36,6 +40,7 @@ def run_job(
     using: str,
     retry_for: timedelta | None = None,
     successes: SuccessBatch | None = None,
+    on_control: Callable[[RunControl], None] | None = None,
 ) -> None:
     """Run the claimed ``job``'s task and record the outcome; never raises for the task's error.
 
@@ -67,6 +72,18 @@ def run_job(
             ``job_finished`` is sent after that write). ``None`` writes it at
             once. A failure, and a success of a task with a circuit breaker,
             are always written at once (decision 120).
+        on_control: called with the run's
+            :class:`~django_debounce.run_controls.RunControl` just before the
+            task starts (the built-in worker watches its hard limit through it).
+
+    A job whose cancel was requested (``cancel_requested_at``, decision 186)
+    ends CANCELLED when its task raises
+    :class:`~django_debounce.exceptions.JobCancelled` (its context's
+    ``checkpoint()``; an async task cancelled by the watcher) or raises
+    anything else after the request; one claimed with the request already
+    made ends CANCELLED without running. A timed-out run (``timeout``,
+    decision 187) fails with :class:`~django_debounce.exceptions.JobTimeout`,
+    retried or dead-lettered by the task's policy.
 
     Raises:
         OperationalError, InterfaceError: the outcome could not be written for
@@ -87,19 +104,22 @@ def run_job(
         job.attempts,
         extra=job_fields(job, action="start_job", outcome="started"),
     )
+    control = control_for(job, task, using=using)
+    if control.cancel_known:  # a cancel requested before this attempt started: it never runs
+        record_cancelled(job, worker_id=worker_id, using=using, retry_for=retry_for)
+        return
+    if on_control is not None:
+        on_control(control)
     send_signal(job_started, job=job)
     try:
         args, kwargs = codec.decode_call(job.args, job.kwargs)
         if task.options.takes_context:  # Django's takes_context: the context comes first
-            args = [JobContext.for_job(job), *args]
+            args = [JobContext.for_job(job, control), *args]
         connection = connections[using]
         # transaction.savepoint() is deprecated in Django 6.1: the connection's own method.
         savepoint = connection.savepoint() if connection.in_atomic_block else None
         try:
-            if task.is_async:
-                result = async_to_sync(task.func)(*args, **kwargs)
-            else:
-                result = task.func(*args, **kwargs)
+            result = call_task(task, args, kwargs, control)
         except DatabaseError:
             if savepoint:
                 # Django marked the transaction broken; clear the mark so that the
@@ -112,6 +132,13 @@ def run_job(
     except BaseException as exc:  # SystemExit, KeyboardInterrupt too: the run's error
         if is_host_stop(exc):
             raise  # a signal handler ending the process, not the task (decision 150)
+        if isinstance(exc, JobCancelled) or _cancel_requested(control):
+            # Stopped on request, or failed after it: CANCELLED, never retried (decision 186).
+            error, tb = format_error(exc), format_traceback(exc)
+            record_cancelled(
+                job, worker_id=worker_id, using=using, error=error, tb=tb, retry_for=retry_for
+            )
+            return
         logger.exception(
             "job %s (%s) raised",
             job.pk,
@@ -134,6 +161,14 @@ def run_job(
             outcomes.record_success(
                 job, result, worker_id=worker_id, using=using, retry_for=retry_for
             )
+
+
+def _cancel_requested(control: RunControl) -> bool:
+    """Read the run's cancel mark after a failure (a read error counts as no request)."""
+    try:
+        return control.read_cancel()
+    except (DatabaseError, InterfaceError):
+        return False
 
 
 __all__ = ["run_job"]

@@ -27,7 +27,6 @@ from django.db import (
     DEFAULT_DB_ALIAS,
     DatabaseError,
     InterfaceError,
-    close_old_connections,
     connections,
     router,
 )
@@ -40,12 +39,11 @@ from ..models import Job
 from ..ops.periodic import PeriodicScheduler
 from ..ops.sweep import SweepSchedule
 from ..run import leases
-from ..run.execution import run_job
 from ..run.lease_keeper import InlineLeaseKeeper
 from ..run.success_batches import SuccessBatch
 from . import wakeup
-from .connections import close_dropped_connections, upkeep_loop_connection
-from .stop import WorkerStop
+from .connections import upkeep_loop_connection
+from .job_threads import JobThreads
 
 logger = logging.getLogger("django_debounce.worker")
 
@@ -60,7 +58,7 @@ Status = Job.Status
 PREFETCH_HORIZON = 0.2
 
 
-class Worker(WorkerStop):
+class Worker(JobThreads):
     """Run due jobs until stopped (or, with ``burst``, until none is due).
 
     Args:
@@ -292,12 +290,7 @@ class Worker(WorkerStop):
             self._successes.flush_if_due()
 
     def _run_threaded(self) -> None:
-        threads = [
-            threading.Thread(target=self._thread_main, name=f"debounce-job-{i}", daemon=True)
-            for i in range(self.concurrency)
-        ]
-        for thread in threads:
-            thread.start()
+        threads = self._start_threads()  # job threads, replaced past a hard limit (decision 187)
         renew_every = self.lease.total_seconds() / 3
         next_renew = time.monotonic() + renew_every
         outage = ReconnectBackoff("the worker loop", logger=logger, using=self.using)
@@ -373,48 +366,3 @@ class Worker(WorkerStop):
         finally:
             waker.stop()
             self._drain(threads)
-
-    def _wait(self, timeout: float) -> None:
-        """Sleep up to ``timeout`` seconds, waking early when a job finishes or on stop."""
-        if self._wake.wait(timeout):
-            self._wake.clear()  # one wake-up covers every job that ended meanwhile
-
-    def _thread_main(self) -> None:
-        try:
-            while True:
-                job = self._work.get()
-                if job is None:
-                    return
-                try:
-                    close_old_connections()
-                    close_dropped_connections()
-                    if self._may_start(job):
-                        self._process(job)
-                except BaseException:  # the thread outlives any job (decision 150)
-                    logger.exception("worker thread failed while handling job %s", job.pk)
-                finally:
-                    close_old_connections()
-                    with self._lock:
-                        self._in_flight.pop(job.pk, None)
-                    self._wake.set()
-        finally:
-            connections.close_all()
-
-    # -- one job -------------------------------------------------------------------
-    def _process(self, job: Job) -> None:
-        with self._lock:
-            self.processed += 1
-        began = time.monotonic()
-        try:
-            run_job(
-                job,
-                worker_id=self.worker_id,
-                using=self.using,
-                retry_for=self.lease,
-                successes=self._successes if self._successes.interval > 0 else None,
-            )
-        finally:
-            took = time.monotonic() - began
-            with self._lock:
-                last = self._job_seconds
-                self._job_seconds = took if last is None else 0.9 * last + 0.1 * took

@@ -101,6 +101,7 @@ def test_job_context_is_a_public_frozen_dataclass():
         "attempt",
         "calls_collapsed",
         "run_reason",
+        "control",
     ]
     ctx = JobContext.inline()
     with pytest.raises(dataclasses.FrozenInstanceError):

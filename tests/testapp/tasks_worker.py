@@ -244,3 +244,28 @@ async def async_raises_base(kind: str) -> None:
         current.cancel()
         await asyncio.sleep(1)
     raise _base_exception(kind)
+
+
+@task(name="wrk.hangs", timeout=0.2, max_retries=0)
+def hangs(seconds: float) -> str:
+    """Sleep ``seconds`` in small steps without a checkpoint: only the hard limit bounds it."""
+    import time
+
+    log("wrk.hangs", key="start")
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        time.sleep(0.01)
+    return "late"
+
+
+@task(name="wrk.steps", takes_context=True, max_retries=3)
+def steps(context: Any, seconds: float) -> str:
+    """Sleep ``seconds`` in steps of 10 ms with a checkpoint before each (a cancel stops it)."""
+    import time
+
+    log("wrk.steps", key="start")
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        context.checkpoint()
+        time.sleep(0.01)
+    return "done"

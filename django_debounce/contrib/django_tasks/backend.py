@@ -80,6 +80,7 @@ class DebounceTask(Task):  # type: ignore[type-arg]
     unique_key: Any = None
     idempotent: bool = False
     expires: Any = None
+    timeout: Any = None
     max_retries: int | None = None
     min_backoff: Any = None
     max_backoff: Any = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -186,7 +187,7 @@ class Command(BaseCommand):
                 periodic=options.get("periodic", True),
             ).run()
             return
-        Worker(
+        worker = Worker(
             queues=queues,
             concurrency=options["concurrency"],
             burst=options["burst"],
@@ -194,4 +195,7 @@ class Command(BaseCommand):
             poll_interval=options["poll_interval"],
             worker_id=options["worker_id"],
             periodic=options.get("periodic", True),
-        ).run()
+        )
+        worker.run()
+        if worker.exit_code:  # too many threads stuck past their hard time limit (decision 187)
+            sys.exit(worker.exit_code)
