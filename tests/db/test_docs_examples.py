@@ -31,13 +31,9 @@ from django_debounce import debounced_task, registry
 from django_debounce.checks.settings import check_settings
 
 REPO = Path(__file__).resolve().parents[2]
-#: Pages left out for now. The contract is kept verbatim (its Python is a sketch of the
-#: rules); the how-to guides below are being rewritten on other branches beside their
-#: features, and are added when their branches land (decision 176).
+#: Pages left out: the contract is kept verbatim (its Python is a sketch of the rules).
 LEFT_OUT = {
     "docs/reference/contract.md",
-    "docs/howto/time-limits.md",
-    "docs/howto/cancel-running-jobs.md",
 }
 #: The pages whose examples run: the README, the install page, the tutorial and demo, the
 #: explanations, the how-to guides and the reference.

@@ -34,7 +34,14 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("job_ids", nargs="+", type=_job_id, metavar="JOB_ID")
+        parser.add_argument(
+            "job_ids",
+            nargs="+",
+            type=_job_id,
+            metavar="JOB_ID",
+            help="Ids of the jobs to cancel (positive integers): READY ones end CANCELLED at "
+            "once, RUNNING ones are asked to stop.",
+        )
         parser.add_argument(
             "--database", default=DEFAULT_DB_ALIAS, help="Database alias (default: 'default')."
         )
