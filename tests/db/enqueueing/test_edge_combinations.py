@@ -1,0 +1,258 @@
+"""Leading/both edges combined with flow control, handles, prune and batches (attack, decision 180).
+
+Window 10 s, max wait 60 s, on a frozen clock (§4.7); ``burst()`` runs every
+job due at the frozen instant through the real worker. A test marked
+``xfail(strict=True)`` reproduces a defect of the current code (its reason says
+what is wrong); the others prove a combination holds.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+from django.utils import timezone
+
+from django_debounce import debounced_task, enqueue_many
+from django_debounce.exceptions import ConfigurationError
+from django_debounce.models import DeadLetter, Job
+from django_debounce.ops.dead_letters import retry_dead_letter
+from django_debounce.ops.retention import prune_jobs
+from tests.conftest import T
+
+pytestmark = pytest.mark.django_db
+
+RUNS: list[tuple[str, int, datetime]] = []
+WINDOW = {"debounce": "10s", "debounce_max_wait": "60s", "debounce_key": "doc:{doc}"}
+FAIL: set[int] = set()
+
+
+@pytest.fixture(autouse=True)
+def _reset():
+    RUNS.clear()
+    FAIL.clear()
+    yield
+    RUNS.clear()
+    FAIL.clear()
+
+
+def s(seconds: float) -> datetime:
+    return T + timedelta(seconds=seconds)
+
+
+def _log(name: str, revision: int) -> None:
+    RUNS.append((name, revision, timezone.now()))
+    if revision in FAIL:
+        raise RuntimeError(f"revision {revision} fails")
+
+
+@debounced_task(name="atk.leading", debounce_edge="leading", max_retries=0, **WINDOW)
+def leading(doc, revision=0):
+    _log("atk.leading", revision)
+
+
+@debounced_task(name="atk.both", debounce_edge="both", max_retries=0, **WINDOW)
+def both(doc, revision=0):
+    _log("atk.both", revision)
+
+
+@debounced_task(
+    name="atk.leading_dropped",
+    debounce_edge="leading",
+    rate_limit="1/m",
+    on_excess="drop",
+    **WINDOW,
+)
+def leading_dropped(doc, revision=0):
+    _log("atk.leading_dropped", revision)
+
+
+@debounced_task(name="atk.trailing", **WINDOW)
+def trailing(doc, revision=0):
+    _log("atk.trailing", revision)
+
+
+def statuses(name: str) -> list[tuple[int, str]]:
+    return list(Job.objects.filter(task_name=name).order_by("pk").values_list("pk", "status"))
+
+
+# -- flow control -------------------------------------------------------------------------
+
+
+def test_a_shed_leading_job_closes_its_burst_and_the_next_call_opens_one(clock, burst):
+    """Rate limit with on_excess="drop": a shed leading job ends its burst (SHED closes it)."""
+    leading_dropped.delay(1, revision=0)
+    burst()
+    clock(seconds=20)  # the first burst closed quietly at T+10; the token is spent
+    shed = leading_dropped.delay(1, revision=1)
+    burst()
+    assert Job.objects.get(pk=shed.pk).status == "SHED"
+    clock(seconds=21)
+    again = leading_dropped.delay(1, revision=2)
+    assert (again.outcome, again.pk != shed.pk, again.run_at) == ("created", True, s(21))
+    clock(seconds=61)
+    burst()
+    assert [r[:2] for r in RUNS] == [("atk.leading_dropped", 0), ("atk.leading_dropped", 2)]
+
+
+def test_calls_during_a_leading_jobs_retry_wait_are_swallowed_then_its_dead_letter_runs_at_once(
+    clock, burst
+):
+    FAIL.add(0)
+    first = leading.delay(1, revision=0)
+    burst()
+    assert Job.objects.get(pk=first.pk).status == "FAILED"
+    # The failed job closed the burst: the next call opens a new one and runs at once.
+    clock(seconds=2)
+    second = leading.delay(1, revision=1)
+    assert (second.outcome, second.pk != first.pk) == ("created", True)
+    burst()
+    # The dead letter's retry, mid-burst of the second call: swallowed by that open burst.
+    clock(seconds=3)
+    retried = retry_dead_letter(DeadLetter.objects.get())
+    assert retried is not None and (retried.pk, retried.outcome) == (second.pk, "debounced")
+    burst()
+    assert [r[1] for r in RUNS] == [0, 1]
+
+
+# -- window handles -----------------------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="cancel() of a both burst cancels only its trailing job: the burst's leading job, "
+    "still pending, runs anyway, and the next call opens a second burst beside it",
+)
+def test_cancelling_a_both_burst_before_any_claim_cancels_its_pending_leading_job(clock, burst):
+    lead = both.delay(1, revision=0)
+    clock(seconds=2)
+    trail = both.delay(1, revision=1)
+    action = both.window(1).cancel()
+    assert (action.done, action.reason, action.window.job_id) == (True, "cancelled", trail.pk)
+    burst()
+    # As for a leading burst (whose pending job the cancel ends), nothing of the burst runs.
+    assert RUNS == [] and Job.objects.get(pk=lead.pk).status == "CANCELLED"
+
+
+def test_cancelling_a_pending_leading_burst_ends_it(clock, burst):
+    lead = leading.delay(1, revision=0)
+    clock(seconds=2)
+    leading.delay(1, revision=1)
+    action = leading.window(1).cancel()
+    assert (action.done, action.reason, action.window.job_id) == (True, "cancelled", lead.pk)
+    burst()
+    assert RUNS == []
+    clock(seconds=3)
+    assert leading.delay(1, revision=2).outcome == "created"
+
+
+def test_flush_and_cancel_of_a_running_leading_job_report_claimed(clock):
+    from django_debounce.claim.claiming import claim_jobs
+
+    lead = leading.delay(1, revision=0)
+    (claimed,) = claim_jobs(worker_id="w1", limit=10, lease=timedelta(minutes=5))
+    assert claimed.pk == lead.pk
+    clock(seconds=1)
+    swallowed = leading.delay(1, revision=1)
+    assert (swallowed.pk, swallowed.outcome) == (lead.pk, "debounced")
+    for action in (leading.window(1).flush(), leading.window(1).cancel()):
+        assert (action.done, action.reason, action.window.job_id) == (False, "claimed", lead.pk)
+    job = Job.objects.get(pk=lead.pk)
+    assert (job.status, job.enqueue_count, job.kwargs) == ("RUNNING", 2, {"revision": 0})
+
+
+# -- prune --------------------------------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="prune_jobs deletes the finished leading job of a burst that is still open, "
+    "so the burst is forgotten and the next call of it runs the task again",
+)
+def test_prune_keeps_the_leading_job_of_an_open_burst(clock, burst):
+    leading.delay(1, revision=0)
+    burst()
+    clock(seconds=5)
+    prune_jobs(older_than=timedelta(seconds=1))
+    clock(seconds=6)
+    swallowed = leading.delay(1, revision=1)  # within the burst (quiet until T+10)
+    burst()
+    assert swallowed.outcome == "debounced" and [r[1] for r in RUNS] == [0]
+
+
+# -- batches ------------------------------------------------------------------------------
+
+
+def test_a_batch_mixing_edges_with_bad_input_in_the_middle_writes_nothing(clock):
+    with pytest.raises(ConfigurationError, match=r"enqueue_many: call \[2\].*swallows the rest"):
+        enqueue_many(
+            [
+                (leading, (1,), {"revision": 0}),
+                (trailing, (1,), {"revision": 0}),
+                (leading, (2,), {}, {"debounce_replace_payload": True}),
+                (both, (1,), {}),
+            ]
+        )
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a depends_on id that names no job, in a batch's call (leading or not), raises an "
+    "error that does not name the call's index (enqueue_many documents 'enqueue_many: call [i]')",
+)
+def test_a_batch_whose_leading_call_names_a_missing_dependency_says_which_call(clock):
+    with pytest.raises(ConfigurationError, match=r"^enqueue_many: call \[1\]"):
+        enqueue_many(
+            [
+                (trailing, (1,), {}),
+                (leading, (1,), {}, {"depends_on": [987654]}),
+                (trailing, (2,), {}, {"depends_on": [987654]}),
+                (both, (1,), {}),
+            ]
+        )
+    assert Job.objects.count() == 0
+
+
+def test_a_batch_mixing_leading_both_and_trailing_calls_of_one_key(clock, burst):
+    jobs = enqueue_many(
+        [
+            (leading, (1,), {"revision": 0}),
+            (trailing, (1,), {"revision": 1}),
+            (both, (1,), {"revision": 2}),
+            (leading, (1,), {"revision": 3}),
+            (both, (1,), {"revision": 4}),
+            (trailing, (1,), {"revision": 5}),
+        ]
+    )
+    assert [j.outcome for j in jobs] == [
+        "created",
+        "created",
+        "created",
+        "debounced",
+        "created",
+        "debounced",
+    ]
+    burst()
+    clock(seconds=10)
+    burst()
+    assert sorted(r[:2] for r in RUNS) == sorted(
+        [("atk.leading", 0), ("atk.both", 2), ("atk.both", 4), ("atk.trailing", 1)]
+    )
+
+
+# -- depends_on ---------------------------------------------------------------------------
+
+
+def test_a_leading_job_waits_for_its_dependency_and_is_cancelled_with_it(clock, burst):
+    FAIL.add(7)
+    dep = trailing.delay(9, revision=7)
+    lead = leading.apply_async(args=(1,), kwargs={"revision": 0}, depends_on=[dep])
+    burst()
+    assert Job.objects.get(pk=lead.pk).status == "READY"  # waits for the trailing dependency
+    clock(seconds=10)
+    burst()
+    assert Job.objects.get(pk=lead.pk).status == "READY"  # the dependency runs first
+    clock(seconds=11)
+    burst()
+    assert Job.objects.get(pk=lead.pk).status in ("READY", "SUCCESSFUL")
