@@ -193,3 +193,31 @@ def test_bad_schedule_flags_are_refused(options, match):
             lambda tick=None: None
         )
     registry.unregister("atk.per.bad")
+
+
+@pytest.mark.django_db
+@pytest.mark.xfail(
+    strict=True,
+    reason="a schedule whose args/kwargs cannot resolve the task's debounce_key (here "
+    "'x:{user}' with no user=) is accepted at import; every tick then fails at enqueue "
+    "(KeyResolutionError, logged as outcome 'error') and the schedule never runs",
+)
+def test_a_schedule_whose_arguments_cannot_resolve_the_key_is_refused_at_import(clock):
+    def body(**kwargs: object) -> None:
+        return None
+
+    name = "atk.per.badkey"
+    try:
+        with pytest.raises(ConfigurationError, match="debounce_key"):
+            task(
+                name=name,
+                schedule=Schedule("* * * * *", tz="UTC"),
+                debounce_key="x:{user}",
+                debounce_edge="leading",
+                **WINDOW,
+            )(body)
+    finally:
+        clock(at=T + dt.timedelta(seconds=1))
+        outcome = PeriodicScheduler(scheduler_id="w1").defer_due().get(name)
+        registry.unregister(name)
+        assert outcome in (None, "created"), outcome
