@@ -189,9 +189,7 @@ def test_racing_schedulers_defer_one_leading_job_per_tick(clock, declare, edge):
 )
 def test_bad_schedule_flags_are_refused(options, match):
     with pytest.raises(ConfigurationError, match=match):
-        task(name="atk.per.bad", schedule=Schedule("* * * * *", **options))(
-            lambda tick=None: None
-        )
+        task(name="atk.per.bad", schedule=Schedule("* * * * *", **options))(lambda tick=None: None)
     registry.unregister("atk.per.bad")
 
 
