@@ -13,7 +13,8 @@ from datetime import datetime, timedelta
 import pytest
 from django.utils import timezone
 
-from django_debounce import debounced_task, enqueue_many
+from django_debounce import CircuitBreaker, debounced_task, enqueue_many
+from django_debounce.claim.claiming import claim_jobs
 from django_debounce.exceptions import ConfigurationError
 from django_debounce.models import DeadLetter, Job
 from django_debounce.ops.dead_letters import retry_dead_letter
@@ -67,6 +68,24 @@ def leading_dropped(doc, revision=0):
     _log("atk.leading_dropped", revision)
 
 
+@debounced_task(
+    name="atk.leading_capped", debounce_edge="leading", concurrency=1, max_retries=0, **WINDOW
+)
+def leading_capped(doc, revision=0):
+    _log("atk.leading_capped", revision)
+
+
+@debounced_task(
+    name="atk.both_guarded",
+    debounce_edge="both",
+    max_retries=0,
+    circuit_breaker=CircuitBreaker(failures=1, reset="1m"),
+    **WINDOW,
+)
+def both_guarded(doc, revision=0):
+    _log("atk.both_guarded", revision)
+
+
 @debounced_task(name="atk.trailing", **WINDOW)
 def trailing(doc, revision=0):
     _log("atk.trailing", revision)
@@ -115,6 +134,40 @@ def test_calls_during_a_leading_jobs_retry_wait_are_swallowed_then_its_dead_lett
     assert [r[1] for r in RUNS] == [0, 1]
 
 
+def test_a_concurrency_cap_holds_another_keys_leading_job_and_its_burst_still_swallows(clock):
+    one = leading_capped.delay(1, revision=0)
+    two = leading_capped.delay(2, revision=1)
+    lease = timedelta(minutes=5)
+    assert [j.pk for j in claim_jobs(worker_id="w1", limit=10, lease=lease)] == [one.pk]
+    clock(seconds=3)
+    assert claim_jobs(worker_id="w2", limit=10, lease=lease) == []  # the cap is full
+    held = leading_capped.delay(2, revision=2)
+    assert (held.pk, held.outcome) == (two.pk, "debounced")
+    Job.objects.filter(pk=one.pk).update(status="SUCCESSFUL", finished_at=s(3))
+    (claimed,) = claim_jobs(worker_id="w2", limit=10, lease=lease)
+    assert (claimed.pk, claimed.kwargs) == (two.pk, {"revision": 1})
+
+
+def test_an_open_breaker_holds_a_both_burst_whose_trailing_job_runs_after_it_closes(clock, burst):
+    FAIL.add(0)
+    both_guarded.delay(9, revision=0)
+    burst()  # fails: the breaker opens for a minute
+    clock(seconds=1)
+    lead = both_guarded.delay(1, revision=1)
+    clock(seconds=2)
+    trail = both_guarded.delay(1, revision=2)
+    clock(seconds=30)
+    burst()
+    assert [r[1] for r in RUNS] == [0]
+    assert Job.objects.get(pk=lead.pk).status == "READY"  # held by the open breaker
+    clock(seconds=62)
+    burst()
+    clock(seconds=63)
+    burst()
+    assert [r[1] for r in RUNS] == [0, 1, 2]
+    assert Job.objects.get(pk=trail.pk).status == "SUCCESSFUL"
+
+
 # -- window handles -----------------------------------------------------------------------
 
 
@@ -147,8 +200,6 @@ def test_cancelling_a_pending_leading_burst_ends_it(clock, burst):
 
 
 def test_flush_and_cancel_of_a_running_leading_job_report_claimed(clock):
-    from django_debounce.claim.claiming import claim_jobs
-
     lead = leading.delay(1, revision=0)
     (claimed,) = claim_jobs(worker_id="w1", limit=10, lease=timedelta(minutes=5))
     assert claimed.pk == lead.pk
@@ -159,6 +210,19 @@ def test_flush_and_cancel_of_a_running_leading_job_report_claimed(clock):
         assert (action.done, action.reason, action.window.job_id) == (False, "claimed", lead.pk)
     job = Job.objects.get(pk=lead.pk)
     assert (job.status, job.enqueue_count, job.kwargs) == ("RUNNING", 2, {"revision": 0})
+
+
+def test_flushing_a_both_bursts_trailing_job_while_its_leading_job_runs_waits_for_it(clock):
+    lead = both.delay(1, revision=0)
+    lease = timedelta(minutes=5)
+    assert [j.pk for j in claim_jobs(worker_id="w1", limit=10, lease=lease)] == [lead.pk]
+    clock(seconds=1)
+    trail = both.delay(1, revision=1)
+    action = both.window(1).flush()
+    assert (action.done, action.reason, action.window.job_id) == (True, "flushed", trail.pk)
+    assert claim_jobs(worker_id="w2", limit=10, lease=lease) == []  # one run of a key at once
+    Job.objects.filter(pk=lead.pk).update(status="SUCCESSFUL", finished_at=s(1))
+    assert [j.pk for j in claim_jobs(worker_id="w2", limit=10, lease=lease)] == [trail.pk]
 
 
 # -- prune --------------------------------------------------------------------------------
