@@ -86,6 +86,17 @@ def both_guarded(doc, revision=0):
     _log("atk.both_guarded", revision)
 
 
+def _no_call(stored, new):
+    return None
+
+
+@debounced_task(
+    name="atk.both_broken_merge", debounce_edge="both", debounce_merge=_no_call, **WINDOW
+)
+def both_broken_merge(doc, revision=0):
+    _log("atk.both_broken_merge", revision)
+
+
 @debounced_task(name="atk.trailing", **WINDOW)
 def trailing(doc, revision=0):
     _log("atk.trailing", revision)
@@ -340,6 +351,43 @@ def test_a_batch_mixing_leading_both_and_trailing_calls_of_one_key(clock, burst)
     assert sorted(r[:2] for r in RUNS) == sorted(
         [("atk.leading", 0), ("atk.both", 2), ("atk.both", 4), ("atk.trailing", 1)]
     )
+
+
+BROKEN_MERGE_BATCH = [
+    (trailing, (1,), {}),
+    (both_broken_merge, (1,), {"revision": 0}),
+    (both_broken_merge, (1,), {"revision": 1}),  # creates the trailing job
+    (both_broken_merge, (1,), {"revision": 2}),  # merges: the function returns None
+]
+
+
+def test_a_batch_whose_both_merge_returns_no_call_writes_nothing(clock):
+    with pytest.raises(ConfigurationError, match="returned None; it must return"):
+        enqueue_many(BROKEN_MERGE_BATCH)
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a debounce_merge that returns None in a batch's both call raises an error that "
+    "does not name the call's index (enqueue_many documents 'enqueue_many: call [i]')",
+)
+def test_a_batch_whose_both_merge_returns_no_call_says_which_call(clock):
+    with pytest.raises(ConfigurationError, match=r"^enqueue_many: call \[3\]"):
+        enqueue_many(BROKEN_MERGE_BATCH)
+
+
+def test_many_windows_of_leading_and_both_bursts_in_one_call(clock, burst):
+    leading.delay(1, revision=0)
+    burst()  # key 1 ran; its burst still swallows
+    clock(seconds=1)
+    pending = leading.delay(2, revision=0)
+    results = leading.windows([(1,), (2,), (3,)]).cancel()
+    assert [a.reason for a in results] == ["no_window", "cancelled", "no_window"]
+    assert Job.objects.get(pk=pending.pk).status == "CANCELLED"
+    states = leading.windows([(1,), (2,)]).inspect()
+    assert states[0] is not None and (states[0].status, states[0].open) == ("SUCCESSFUL", False)
+    assert states[1] is None
 
 
 # -- depends_on ---------------------------------------------------------------------------
