@@ -125,9 +125,8 @@ def test_a_shed_leading_job_closes_its_burst_and_the_next_call_opens_one(clock, 
     assert [r[:2] for r in RUNS] == [("atk.leading_dropped", 0), ("atk.leading_dropped", 2)]
 
 
-def test_calls_during_a_leading_jobs_retry_wait_are_swallowed_then_its_dead_letter_runs_at_once(
-    clock, burst
-):
+def test_a_failed_leading_job_closes_its_burst_and_its_retried_letter_joins_the_next(clock, burst):
+    """The failed job's burst is closed; its dead letter, retried later, is a call made then."""
     FAIL.add(0)
     first = leading.delay(1, revision=0)
     burst()
