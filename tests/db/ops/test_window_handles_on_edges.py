@@ -4,7 +4,8 @@ Threads with their own connections on PostgreSQL and MariaDB: one claims, one
 cancels (or flushes) the same leading burst at the same moment. The claim is the
 worker's (``claim_batch`` with retries on a lost deadlock). A job is either
 cancelled and never claimed, or claimed and reported ``claimed``; never both,
-and never a raw database error.
+and never a raw database error. Last, two callers race one leading key, each
+inside its own ``transaction.atomic()``: one leading job, the other call swallowed.
 """
 
 from __future__ import annotations
@@ -92,3 +93,26 @@ def test_a_handle_racing_a_claim_of_a_pending_leading_job(operation):
             assert row.status in ("READY", "RUNNING")
         assert row.kwargs == {}  # the first call's payload, whatever won
         Job.objects.filter(pk=job.pk).update(status="SUCCESSFUL", window_key=None)
+
+
+def test_leading_calls_racing_inside_callers_transactions_give_one_leading_job():
+    """Two callers, each in its own ``transaction.atomic()``, call one leading key at once."""
+    from django.db import transaction
+
+    from django_debounce.exceptions import DebounceError
+
+    outcomes: list[str] = []
+    for round_ in range(ROUNDS):
+
+        def call(revision, key=round_):
+            try:
+                with transaction.atomic():
+                    return leading.delay(key, revision=revision).outcome
+            except DebounceError as exc:  # the package's own error: the caller retries
+                return type(exc).__name__
+
+        results, errors = _race(lambda: call(0), lambda: call(1))
+        assert errors == [], errors
+        outcomes.extend(results)
+        assert Job.objects.filter(task_name=leading.name, args=[round_]).count() == 1
+    assert set(outcomes) <= {"created", "debounced", "EnqueueContentionError"}
