@@ -97,6 +97,23 @@ def both_broken_merge(doc, revision=0):
     _log("atk.both_broken_merge", revision)
 
 
+@debounced_task(name="atk.leading_deferred", debounce_edge="leading", rate_limit="1/m", **WINDOW)
+def leading_deferred(doc, revision=0):
+    _log("atk.leading_deferred", revision)
+
+
+@debounced_task(
+    name="atk.leading_expiring",
+    debounce_edge="leading",
+    expires="60s",
+    max_retries=0,
+    circuit_breaker=CircuitBreaker(failures=1, reset="5m"),
+    **WINDOW,
+)
+def leading_expiring(doc, revision=0):
+    _log("atk.leading_expiring", revision)
+
+
 @debounced_task(name="atk.trailing", **WINDOW)
 def trailing(doc, revision=0):
     _log("atk.trailing", revision)
@@ -142,6 +159,42 @@ def test_a_failed_leading_job_closes_its_burst_and_its_retried_letter_joins_the_
     assert retried is not None and (retried.pk, retried.outcome) == (second.pk, "debounced")
     burst()
     assert [r[1] for r in RUNS] == [0, 1]
+
+
+def test_a_rate_limited_leading_job_waits_for_a_token_and_its_burst_swallows_meanwhile(
+    clock, burst
+):
+    leading_deferred.delay(1, revision=0)
+    burst()
+    clock(seconds=20)  # the first burst closed; the minute's token is spent
+    second = leading_deferred.delay(2, revision=1)
+    burst()
+    assert Job.objects.get(pk=second.pk).status == "READY"  # deferred, not shed
+    clock(seconds=25)
+    swallowed = leading_deferred.delay(2, revision=2)
+    assert (swallowed.pk, swallowed.outcome) == (second.pk, "debounced")
+    clock(seconds=61)
+    burst()
+    assert [r[1] for r in RUNS] == [0, 1]
+
+
+def test_leading_jobs_held_by_a_breaker_past_their_expiry_never_run(clock, burst):
+    FAIL.add(0)
+    leading_expiring.delay(9, revision=0)
+    burst()  # fails: the breaker opens for five minutes
+    clock(seconds=1)
+    held = leading_expiring.delay(1, revision=1)
+    clock(seconds=5)
+    leading_expiring.delay(1, revision=2)  # swallowed by the held job
+    clock(seconds=62)  # the held job's expiry (T+61) has passed; its burst closed at T+15
+    again = leading_expiring.delay(1, revision=3)
+    assert (again.outcome, again.pk != held.pk) == ("created", True)
+    clock(seconds=400)  # the breaker lets a probe through: neither held job ever runs
+    burst()
+    burst()  # a claim expires the key's first held job; the next one, the second
+    assert Job.objects.get(pk=held.pk).status == "EXPIRED"
+    assert Job.objects.get(pk=again.pk).status == "EXPIRED"
+    assert [r[1] for r in RUNS] == [0]
 
 
 def test_a_concurrency_cap_holds_another_keys_leading_job_and_its_burst_still_swallows(clock):
