@@ -325,6 +325,22 @@ def test_flushing_a_both_bursts_trailing_job_while_its_leading_job_runs_waits_fo
     assert [j.pk for j in claim_jobs(worker_id="w2", limit=10, lease=lease)] == [trail.pk]
 
 
+def test_handles_on_a_leading_burst_while_running_and_after_it_failed(clock):
+    lead = leading.delay(1, revision=0)
+    lease = timedelta(minutes=5)
+    claim_jobs(worker_id="w1", limit=10, lease=lease)
+    state = leading.window(1).inspect()
+    assert state is not None and (state.job_id, state.running, state.open) == (lead.pk, True, False)
+    assert leading.window(1).pending() is False
+    Job.objects.filter(pk=lead.pk).update(status="FAILED", finished_at=T, lease_expires_at=None)
+    clock(seconds=1)
+    assert leading.window(1).inspect() is None  # a failed burst is closed
+    assert [a.reason for a in (leading.window(1).flush(), leading.window(1).cancel())] == [
+        "no_window",
+        "no_window",
+    ]
+
+
 # -- prune --------------------------------------------------------------------------------
 
 
