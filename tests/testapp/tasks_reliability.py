@@ -178,6 +178,22 @@ def edge_both(key: str, producer: int = 0, seq: int = 0) -> None:
 
 
 @debounced_task(
+    name="rel.edge_slow",
+    debounce="1s",
+    debounce_max_wait="30s",
+    debounce_key="slow:{0}",
+    debounce_edge="both",
+    debounce_replace_payload=True,
+    max_retries=0,
+)
+def edge_slow(key: str, seq: int = 0, seconds: float = 0.0) -> None:
+    """Both edges with a slow run: a worker is killed while its leading job runs (attack)."""
+    log = _start("rel.edge_slow", key=key, payload={"seq": seq})
+    _sleep(seconds)
+    _finish(log)
+
+
+@debounced_task(
     name="rel.report", debounce="10s", debounce_max_wait="1m", debounce_key="report:{user_id}"
 )
 def report(user_id: int, seconds: float = 0.0) -> dict[str, Any]:
