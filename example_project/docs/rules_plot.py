@@ -13,24 +13,26 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from django.core.management import call_command
 
 from django_debounce.models import Job
 
+from . import rule_tasks
 from .plot import load_matplotlib
-from .tasks import rule_coalesce, rule_debounce, rule_throttle
 
 #: The calls, in whole seconds: a burst of five, a steady stream past the ceiling, a lone call.
 CALLS: tuple[int, ...] = (0, 2, 4, 6, 8, *range(30, 70, 4), 90)
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
-RULES = (("throttle", rule_throttle), ("coalesce", rule_coalesce), ("debounce", rule_debounce))
+#: The rules, in plot order (their tasks are registered while :func:`run_rules` runs).
+RULES = tuple(rule_tasks.NAMES)
 #: The coalesced calls' countdown, in seconds: the first call of a key waits this long.
 COUNTDOWN = 10
 
 
-def _call(rule: str, at: int) -> None:
-    task = dict(RULES)[rule]
+def _call(tasks: dict[str, Any], rule: str, at: int) -> None:
+    task = tasks[rule]
     if rule == "coalesce":
         task.apply_async(("guide",), {"t": at}, countdown=COUNTDOWN)
     else:
@@ -46,22 +48,26 @@ def run_rules(calls: Sequence[int] = CALLS) -> dict[str, list[tuple[float, float
     """
     import time_machine  # the demo's dependency, not the package's
 
-    names = [t.name for _, t in RULES]
-    Job.objects.filter(task_name__in=names).delete()
-    due = Job.objects.filter(task_name__in=names, status="READY")
-    with time_machine.travel(START, tick=False) as traveller:
-        at = 0
-        while at <= max(calls) or due.exists():
-            traveller.move_to(START + timedelta(seconds=at))
-            for _ in range(calls.count(at)):
-                for rule, _task in RULES:
-                    _call(rule, at)
-            if due.filter(run_at__lte=START + timedelta(seconds=at)).exists():
-                call_command("run_debounce_worker", burst=True, verbosity=0)
-            at += 1
+    tasks = rule_tasks.register()
+    try:
+        names = [t.name for t in tasks.values()]
+        Job.objects.filter(task_name__in=names).delete()
+        due = Job.objects.filter(task_name__in=names, status="READY")
+        with time_machine.travel(START, tick=False) as traveller:
+            at = 0
+            while at <= max(calls) or due.exists():
+                traveller.move_to(START + timedelta(seconds=at))
+                for _ in range(calls.count(at)):
+                    for rule in RULES:
+                        _call(tasks, rule, at)
+                if due.filter(run_at__lte=START + timedelta(seconds=at)).exists():
+                    call_command("run_debounce_worker", burst=True, verbosity=0)
+                at += 1
+    finally:
+        rule_tasks.unregister()
     runs: dict[str, list[tuple[float, float]]] = {}
-    for rule, t in RULES:
-        done = Job.objects.filter(task_name=t.name, status="SUCCESSFUL").order_by(
+    for rule in RULES:
+        done = Job.objects.filter(task_name=rule_tasks.NAMES[rule], status="SUCCESSFUL").order_by(
             "started_at", "id"
         )
         runs[rule] = [

@@ -65,22 +65,3 @@ def edge_both(doc: str, t: float) -> float:
 def ping() -> str:
     """A no-op job: ``replay_events --real-time`` waits for it to know its worker is up."""
     return "pong"
-
-
-#: Throttle, coalesce and debounce side by side (``manage.py plot_rules``, decision 176).
-@task(rate_limit="1/5s", rate_limit_burst=1)
-def rule_throttle(doc: str, t: float) -> float:
-    """Throttle: every call runs; runs start at most one per 5 s."""
-    return t
-
-
-@task(unique_key="rule:{doc}")
-def rule_coalesce(doc: str, t: float) -> float:
-    """Coalesce: a call while the key's job is pending returns that job (called with a countdown)."""
-    return t
-
-
-@debounced_task(debounce="10s", debounce_max_wait="30s", debounce_key="rule:{doc}")
-def rule_debounce(doc: str, t: float) -> float:
-    """Debounce: one run when the calls have been quiet 10 s, or 30 s after the first."""
-    return t

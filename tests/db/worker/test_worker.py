@@ -10,7 +10,9 @@ from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from django_debounce import registry
 from django_debounce.claim.claiming import claim_jobs
+from django_debounce.flow.rules import gate_for
 from django_debounce.models import Job
 from django_debounce.worker.loop import Worker
 from tests.conftest import T
@@ -248,6 +250,13 @@ def _claim_query_count(limit: int) -> tuple[int, int]:
 
 
 def test_claim_query_count_is_independent_of_batch_size(clock, django_assert_max_num_queries):
+    # A task with a gate (rate limit, cap, breaker) registered at import would send every
+    # claim of the test process through the gate's task-state read: gated tasks belong in
+    # modules registered on demand (tests/testapp/tasks_soak.py, example_project/docs/rule_tasks.py).
+    gated = [
+        name for name, t in registry.all_tasks().items() if gate_for(name, t.options) is not None
+    ]
+    assert gated == [], f"gated tasks registered at import: {gated}"
     for i in range(11):
         tag_job(f"q{i}", run_at=T - (20 - i) * S)
 
