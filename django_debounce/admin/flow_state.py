@@ -17,6 +17,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from ..flow import hold_reasons
+from ..flow.key_rates import key_counts
 from ..flow.rules import live_lease
 from ..models import Job, QueueState, TaskState
 from .base import ReadOnlyAdmin
@@ -47,6 +48,7 @@ class TaskStateAdmin(ReadOnlyAdmin):
         "probe_job",
         "tokens_now",
         "running_vs_cap",
+        "per_key",
     ]
     list_display_links = ["task"]
     list_filter = ["breaker_state"]
@@ -62,6 +64,7 @@ class TaskStateAdmin(ReadOnlyAdmin):
         "probe_job",
         "tokens_now",
         "running_vs_cap",
+        "per_key",
         "stored_tokens",
     ]
 
@@ -127,6 +130,21 @@ class TaskStateAdmin(ReadOnlyAdmin):
         if view.cap is None:
             return f"{running} / {_('no cap')}"
         return f"{running} / {view.cap}"
+
+    @admin.display(description=_("rate limit per key"))
+    def per_key(self, state: TaskState) -> str:
+        """The task's ``rate_limit_per_key`` and how many keys use a bucket now (never the keys)."""
+        view = self._view(state)
+        if view.gate is None or view.gate.key_bucket is None:
+            return str(_("none declared")) if view.registered else "-"
+        counts = key_counts(
+            timezone.now(), using=state._state.db or "default", names=[state.task_name]
+        )
+        used, waiting = counts.get(state.task_name, (0, 0))
+        return str(
+            _("%(rate)s per key · %(used)s keys in use, %(waiting)s waiting for a token")
+            % {"rate": view.gate.key_bucket.text, "used": used, "waiting": waiting}
+        )
 
     @admin.display(description=_("stored tokens (at)"))
     def stored_tokens(self, state: TaskState) -> str:
