@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections
-from django.db.models import Count, Exists, OuterRef, Q
+from django.db.models import Count, Exists, Min, OuterRef, Q
 from django.db.models.expressions import Combinable
 
 from ..models import Job, KeyBucket, TaskState
@@ -109,6 +109,20 @@ def key_counts(
         .values_list("task_name", "used", "waiting")
     )
     return {name: (used, waiting) for name, used, waiting in rows}
+
+
+def next_key_token_at(since: datetime, *, names: list[str], using: str) -> datetime | None:
+    """Return the earliest next token after ``since`` of a waiting key of ``names``, or ``None``.
+
+    For an idle worker's wake-up (:func:`~django_debounce.worker.deadlines.next_refill_at`):
+    one indexed query of ``blocked_until``.
+    """
+    found: datetime | None = (
+        KeyBucket.objects.using(using)
+        .filter(task_name__in=names, blocked_until__gt=since)
+        .aggregate(at=Min("blocked_until"))["at"]
+    )
+    return found
 
 
 def bucket_row(task_name: str, key_hash: str | None, *, using: str) -> KeyBucket | None:
@@ -267,6 +281,7 @@ __all__ = [
     "bucket_row",
     "key_counts",
     "key_hold",
+    "next_key_token_at",
     "not_blocked",
     "prune_full",
     "shed_reason_per_key",

@@ -22,6 +22,7 @@ from django_debounce.flow.key_rates import PRUNE_BATCH, prune_full
 from django_debounce.models import DeadLetter, Job, KeyBucket
 from django_debounce.ops.status import collect_status, render_status
 from django_debounce.run.outcomes import record_success
+from django_debounce.worker.deadlines import next_refill_at
 from tests.conftest import T
 from tests.testapp.models import CallLog
 
@@ -107,7 +108,7 @@ def test_drop_sheds_beyond_the_key_bucket_with_a_dead_letter(clock, keyed):
     (shed,) = Job.objects.filter(task_name="kr.drop", status=SHED)
     assert (shed.args, shed.finished_at) == (["acme", 3], T + 4 * S)
     (letter,) = DeadLetter.objects.filter(job=shed)
-    assert letter.reason == "shed: rate limit per key 3/m exceeded"
+    assert (letter.reason, letter.kind) == ("shed: rate limit per key 3/m exceeded", "shed")
     assert letter.metadata == {"shed": True, "rate_limit_per_key": "3/m", "capacity": 3}
     assert KeyBucket.objects.filter(task_name="kr.drop", blocked_until__isnull=False).count() == 0
     # 20 s after the first take of the minute a token is back for each key.
@@ -267,3 +268,14 @@ def test_status_and_admin_show_the_rule_and_counts_not_the_keys(clock, keyed, ad
     page = admin_client.get("/admin/django_debounce/taskstate/").content.decode()
     assert "3/m per key · 2 keys in use, 2 waiting for a token" in page
     assert "acme" not in page
+
+
+def test_an_idle_worker_wakes_at_a_waiting_keys_next_token(clock, keyed):
+    created = keyed["defer"]
+    for n in range(3):
+        call_then_claim(clock, created, n, n, keys=("acme",))
+    until = bucket("kr.defer", "acme").blocked_until
+    assert until is not None
+    now = clock(seconds=4)
+    assert next_refill_at(now, free=1) == until
+    assert next_refill_at(until, free=1, since=until) is None  # that claim saw the token
