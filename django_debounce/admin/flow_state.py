@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
+from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest
 from django.utils import timezone
@@ -17,9 +17,8 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from ..flow import hold_reasons
-from ..flow.key_rates import key_counts
 from ..flow.rules import live_lease
-from ..models import Job, QueueState, TaskState
+from ..models import Job, KeyBucket, QueueState, TaskState
 from .base import ReadOnlyAdmin
 from .helpers import (
     job_link,
@@ -82,6 +81,16 @@ class TaskStateAdmin(ReadOnlyAdmin):
         )
         qs: QuerySet[Any] = super().get_queryset(request)
         qs = qs.annotate(running_now=Coalesce(Subquery(running, output_field=IntegerField()), 0))
+        # Per-key buckets in use and waiting (decision 189): two counts per row, never the keys.
+        for label, extra in (("keys_in_use", Q()), ("keys_waiting", Q(blocked_until__gt=now))):
+            keys = (
+                KeyBucket.objects.filter(extra, task_name=OuterRef("task_name"), full_at__gt=now)
+                .order_by()
+                .values("task_name")
+                .annotate(n=Count("pk"))
+                .values("n")
+            )
+            qs = qs.annotate(**{label: Coalesce(Subquery(keys, output_field=IntegerField()), 0)})
         return qs
 
     def _view(self, state: TaskState) -> hold_reasons.FlowView:
@@ -137,10 +146,7 @@ class TaskStateAdmin(ReadOnlyAdmin):
         view = self._view(state)
         if view.gate is None or view.gate.key_bucket is None:
             return str(_("none declared")) if view.registered else "-"
-        counts = key_counts(
-            timezone.now(), using=state._state.db or "default", names=[state.task_name]
-        )
-        used, waiting = counts.get(state.task_name, (0, 0))
+        used, waiting = getattr(state, "keys_in_use", "?"), getattr(state, "keys_waiting", "?")
         return str(
             _("%(rate)s per key · %(used)s keys in use, %(waiting)s waiting for a token")
             % {"rate": view.gate.key_bucket.text, "used": used, "waiting": waiting}

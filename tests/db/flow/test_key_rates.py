@@ -17,13 +17,14 @@ from django.utils import timezone
 from django_debounce import registry, task
 from django_debounce.claim.claiming import claim_jobs
 from django_debounce.exceptions import ConfigurationError
-from django_debounce.flow import hold_reasons
+from django_debounce.flow import hold_reasons, redis_buckets
 from django_debounce.flow.key_rates import PRUNE_BATCH, prune_full
 from django_debounce.models import DeadLetter, Job, KeyBucket
 from django_debounce.ops.status import collect_status, render_status
 from django_debounce.run.outcomes import record_success
 from django_debounce.worker.deadlines import next_refill_at
 from tests.conftest import T
+from tests.redis_support import cache_url, delete_test_keys, key_prefix, require_redis
 from tests.testapp.models import CallLog
 
 pytestmark = pytest.mark.django_db
@@ -169,7 +170,20 @@ def test_waiting_keys_do_not_starve_other_jobs(clock, keyed):
         registry.unregister("kr.plain")
 
 
-def test_a_refusal_per_key_takes_no_task_wide_token(clock):
+@pytest.fixture(params=["database", "redis"])
+def task_store(request, settings) -> Iterator[str]:
+    """The task-wide bucket in the database, or in Redis (the per-key buckets stay in the database)."""
+    if request.param == "database":
+        yield "database"
+        return
+    require_redis()
+    settings.DEBOUNCE_REDIS = "redis"
+    assert redis_buckets.store() is not None
+    yield "redis"
+    delete_test_keys(cache_url(), key_prefix())
+
+
+def test_a_refusal_per_key_takes_no_task_wide_token(clock, task_store):
     created = task(
         name="kr.both",
         debounce="1s",
@@ -183,6 +197,8 @@ def test_a_refusal_per_key_takes_no_task_wide_token(clock):
         assert call_then_claim(clock, created, 1, 1, keys=("acme",)) == []  # the key's bucket
         assert call_then_claim(clock, created, 2, 2, keys=("bolt",)) == [("bolt", 2)]
         assert call_then_claim(clock, created, 3, 3, keys=("cara",)) == []  # the task's bucket
+        # In the database either way; cara's, made full and never taken from, is pruned.
+        assert KeyBucket.objects.filter(task_name="kr.both").count() == 2
     finally:
         registry.unregister("kr.both")
 
@@ -268,6 +284,8 @@ def test_status_and_admin_show_the_rule_and_counts_not_the_keys(clock, keyed, ad
     page = admin_client.get("/admin/django_debounce/taskstate/").content.decode()
     assert "3/m per key · 2 keys in use, 2 waiting for a token" in page
     assert "acme" not in page
+    change = admin_client.get("/admin/django_debounce/taskstate/kr.defer/change/")
+    assert "3/m per key · 2 keys in use, 2 waiting for a token" in change.content.decode()
 
 
 def test_an_idle_worker_wakes_at_a_waiting_keys_next_token(clock, keyed):
