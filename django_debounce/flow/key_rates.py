@@ -178,6 +178,18 @@ class KeyRows:
         found = self._select(pairs)
         missing = [pair for pair in pairs if pair not in found]
         if missing:
+            # Insert only the rows no one has (a plain read): a row another claim holds
+            # locked is left to it, never waited for. An insert that waits for one on
+            # MariaDB (INSERT IGNORE takes a shared lock on a duplicate) could deadlock
+            # with a claim inserting a key this one holds, as TaskState rows avoid too.
+            seen = set(
+                KeyBucket.objects.using(self.using)
+                .filter(
+                    task_name__in={name for name, _ in missing},
+                    key_hash__in={key for _, key in missing},
+                )
+                .values_list("task_name", "key_hash")
+            )
             KeyBucket.objects.using(self.using).bulk_create(
                 [
                     KeyBucket(
@@ -188,16 +200,23 @@ class KeyRows:
                         full_at=self.now,
                     )
                     for name, key in missing
+                    if (name, key) not in seen
                 ],
                 ignore_conflicts=True,
             )
             found.update(self._select(missing))
             # The task's own row (not locked: a per-key limit alone needs no lock), so the
             # admin's flow-control page lists the task and its rule (decision 189).
-            TaskState.objects.using(self.using).bulk_create(
-                [TaskState(task_name=name) for name in sorted({name for name, _ in missing})],
-                ignore_conflicts=True,
-            )
+            names = {name for name, _ in missing}
+            names -= set(
+                TaskState.objects.using(self.using)
+                .filter(task_name__in=names)
+                .values_list("task_name", flat=True)
+            )  # a plain read first, for the reason above
+            if names:
+                TaskState.objects.using(self.using).bulk_create(
+                    [TaskState(task_name=name) for name in sorted(names)], ignore_conflicts=True
+                )
         self.rows.update(found)
         self.unavailable.update(pair for pair in pairs if pair not in found)
 

@@ -1,4 +1,4 @@
-"""A rate limit per key holds across two worker processes (``rate_limit_per_key=``, decision 189).
+"""A rate limit per key holds across two worker processes, PostgreSQL or MariaDB (decision 189).
 
 Two ``run_debounce_worker`` processes (two threads each, prefetch on) serve five
 keys that the test calls every 20 ms for 4 s. Each key's window is 50 ms, so
@@ -27,7 +27,7 @@ from tests.soak_checks import worst_rate_interval
 from tests.testapp import tasks_keyrate
 from tests.testapp.models import CallLog
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.row_locks, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 KEYS = [f"k{i}" for i in range(5)]
 SECONDS = 4.0
