@@ -344,6 +344,7 @@ def flow_control_notes(
                 "a circuit breaker" if gate.breaker else "",
                 f"a concurrency cap of {gate.concurrency}" if gate.concurrency else "",
                 f"a rate limit of {gate.bucket.text}" if gate.bucket else "",
+                f"a rate limit per key of {gate.key_bucket.text}" if gate.key_bucket else "",
             )
             if text
         ]

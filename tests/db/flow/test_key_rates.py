@@ -129,6 +129,9 @@ def test_the_held_job_says_why_and_until_when(clock, keyed):
     assert holds[0].until is not None
     assert (holds[0].until - T).total_seconds() == pytest.approx(21, abs=1e-5)
     assert "rate limit per key 3/m" in holds[0].text
+    # The admin's "Run now" message names the rule that still applies at the claim.
+    note = hold_reasons.flow_control_notes(["kr.defer"])["kr.defer"]
+    assert note == "has a rate limit per key of 3/m, applied when a worker claims it"
 
 
 def test_a_call_without_a_key_is_not_limited_per_key(clock):
