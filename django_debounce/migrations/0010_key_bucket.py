@@ -7,7 +7,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_debounce", "0008_periodic_tick"),
+        ("django_debounce", "0009_run_limits"),
     ]
 
     operations = [
