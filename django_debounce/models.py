@@ -417,4 +417,5 @@ class DeadLetter(models.Model):
 
 
 # Its own module (decision 177); re-exported so every model is importable from here.
+from .key_buckets import KeyBucket as KeyBucket  # noqa: E402
 from .periodic_ticks import PeriodicTick as PeriodicTick  # noqa: E402

@@ -35,6 +35,7 @@ from .validators import (
     check_metadata,
     check_priority,
     check_queue,
+    check_rate_per_key,
     check_window,
     did_you_mean,
 )
@@ -97,6 +98,8 @@ class TaskOptions:
     """Token-bucket rate ``"N/period"`` enforced at claim time across the deployment (§6)."""
     rate_limit_burst: int | None = None
     """Bucket capacity; ``None``: the N of ``rate_limit`` (§11)."""
+    rate_limit_per_key: str | None = None
+    """Token-bucket rate ``"N/period"`` per debounce key, enforced at claim time (decision 189)."""
     on_excess: str = "defer"
     """``"defer"`` (wait for a token, keeping ``run_at``) or ``"drop"`` (shed the job, §6)."""
     concurrency: int | None = None
@@ -125,6 +128,8 @@ class TaskOptions:
             _set(self, "idempotent", bool(self.idempotent))
             if self.rate_limit is not None:
                 _set(self, "rate_limit", self.rate_limit.strip())
+            if self.rate_limit_per_key is not None:
+                _set(self, "rate_limit_per_key", self.rate_limit_per_key.strip())
         if max_wait != self.debounce_max_wait:
             _set(self, "debounce_max_wait", max_wait)
 
@@ -319,6 +324,7 @@ def _check_declaration(options: TaskOptions, where: str) -> timedelta | None:
         options.concurrency,
         options.circuit_breaker,
     )
+    check_rate_per_key(where, options.rate_limit_per_key, options.debounce_key)
     if options.max_retries is not None:
         _retries_in_range(options.max_retries, where)
     for name, spec in (("debounce_key", options.debounce_key), ("unique_key", options.unique_key)):

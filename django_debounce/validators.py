@@ -117,6 +117,29 @@ def check_window(window: timedelta, max_wait: timedelta | None, *, where: str) -
     return max_wait
 
 
+def check_rate_per_key(where: str, rate: object, debounce_key: object) -> None:
+    """Check a task's ``rate_limit_per_key`` (decision 189, §6).
+
+    Raises:
+        ConfigurationError: ``rate`` is not a str ``"N/period"``, or the task
+            declares no ``debounce_key`` (the bucket is per debounce key).
+    """
+    if rate is None:
+        return
+    if not isinstance(rate, str):
+        raise ConfigurationError(
+            f"{where}: rate_limit_per_key={rate!r} must be a str 'N/period', e.g. '3/m', "
+            "'1/h', '5/10s'."
+        )
+    parse_rate(rate, name="rate_limit_per_key")
+    if debounce_key is None:
+        raise ConfigurationError(
+            f"{where}: rate_limit_per_key= gives each debounce key its own bucket; declare "
+            "debounce_key= too (e.g. debounce_key='{0}'), or use rate_limit= for one bucket "
+            "for the whole task."
+        )
+
+
 def check_flow_control(
     where: str,
     rate_limit: object,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
+from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest
 from django.utils import timezone
@@ -18,7 +18,7 @@ from django.utils.translation import gettext_lazy as _
 
 from ..flow import hold_reasons
 from ..flow.rules import live_lease
-from ..models import Job, QueueState, TaskState
+from ..models import Job, KeyBucket, QueueState, TaskState
 from .base import ReadOnlyAdmin
 from .helpers import (
     job_link,
@@ -47,6 +47,7 @@ class TaskStateAdmin(ReadOnlyAdmin):
         "probe_job",
         "tokens_now",
         "running_vs_cap",
+        "per_key",
     ]
     list_display_links = ["task"]
     list_filter = ["breaker_state"]
@@ -62,6 +63,7 @@ class TaskStateAdmin(ReadOnlyAdmin):
         "probe_job",
         "tokens_now",
         "running_vs_cap",
+        "per_key",
         "stored_tokens",
     ]
 
@@ -79,6 +81,16 @@ class TaskStateAdmin(ReadOnlyAdmin):
         )
         qs: QuerySet[Any] = super().get_queryset(request)
         qs = qs.annotate(running_now=Coalesce(Subquery(running, output_field=IntegerField()), 0))
+        # Per-key buckets in use and waiting (decision 189): two counts per row, never the keys.
+        for label, extra in (("keys_in_use", Q()), ("keys_waiting", Q(blocked_until__gt=now))):
+            keys = (
+                KeyBucket.objects.filter(extra, task_name=OuterRef("task_name"), full_at__gt=now)
+                .order_by()
+                .values("task_name")
+                .annotate(n=Count("pk"))
+                .values("n")
+            )
+            qs = qs.annotate(**{label: Coalesce(Subquery(keys, output_field=IntegerField()), 0)})
         return qs
 
     def _view(self, state: TaskState) -> hold_reasons.FlowView:
@@ -127,6 +139,18 @@ class TaskStateAdmin(ReadOnlyAdmin):
         if view.cap is None:
             return f"{running} / {_('no cap')}"
         return f"{running} / {view.cap}"
+
+    @admin.display(description=_("rate limit per key"))
+    def per_key(self, state: TaskState) -> str:
+        """The task's ``rate_limit_per_key`` and how many keys use a bucket now (never the keys)."""
+        view = self._view(state)
+        if view.gate is None or view.gate.key_bucket is None:
+            return str(_("none declared")) if view.registered else "-"
+        used, waiting = getattr(state, "keys_in_use", "?"), getattr(state, "keys_waiting", "?")
+        return str(
+            _("%(rate)s per key · %(used)s keys in use, %(waiting)s waiting for a token")
+            % {"rate": view.gate.key_bucket.text, "used": used, "waiting": waiting}
+        )
 
     @admin.display(description=_("stored tokens (at)"))
     def stored_tokens(self, state: TaskState) -> str:

@@ -23,6 +23,7 @@ from django.db.models.sql.query import Query
 
 from .. import compiled
 from ..flow import admission
+from ..flow.key_rates import not_blocked, shed_reason_per_key
 from ..flow.redis_tokens import TokenLedger
 from ..flow.rules import Gate, shed_reason
 from ..flow.start_rules import JudgedAtStart
@@ -68,6 +69,8 @@ def take_admitted(
     """
     gate = admission.Admission(gates, now=now, using=using, ledger=ledger)
     skip = gate.blocked_names()
+    # Keys whose defer-mode bucket waits for a token are left out of the candidates (decision 189).
+    keyed = any(g.key_bucket is not None and not g.drop for g in gates.values())
     unlocked = ClaimShape(queues=shape.queues, busy=shape.busy, lock="", tasks=shape.tasks)
     jobs: list[Job] = []
     seen: list[int] = []  # examined: later rounds leave them out
@@ -77,11 +80,15 @@ def take_admitted(
         batch = room + max(8, room)
         if seen:  # a later round: its excludes vary, so it stays on the ORM
             round_qs = unlocked.queryset(now, using).exclude(pk__in=seen)
+            if keyed:
+                round_qs = round_qs.filter(not_blocked(now))
             if skip:
                 round_qs = round_qs.exclude(task_name__in=sorted(skip))
             candidates = list(round_qs[:batch])
         else:
-            candidates = first_candidates(unlocked, tuple(sorted(skip)), batch, now, using)
+            candidates = first_candidates(
+                unlocked, tuple(sorted(skip)), batch, now, using, keyed=keyed
+            )
         if not candidates:
             break
         read = len(candidates)
@@ -106,7 +113,8 @@ def take_admitted(
             judged=judged,
         )
         for job, job_gate in decision.to_shed:
-            reason, metadata = shed_reason(job_gate)
+            by_key = job.pk in decision.shed_by_key
+            reason, metadata = (shed_reason_per_key if by_key else shed_reason)(job_gate)
             shed(job, reason=reason, metadata=metadata, now=now, using=using)
         jobs.extend(decision.admitted)
         if len(jobs) >= limit or read < batch or decision.cut:
@@ -123,21 +131,32 @@ def take_admitted(
 
 
 def first_candidates(
-    shape: ClaimShape, skip: tuple[str, ...], batch: int, now: datetime, using: str
+    shape: ClaimShape,
+    skip: tuple[str, ...],
+    batch: int,
+    now: datetime,
+    using: str,
+    *,
+    keyed: bool = False,
 ) -> list[Job]:
     """Return a gated claim's first ``batch`` candidates, not locked, leaving out ``skip`` names.
 
     The claim query of ``shape`` (no lock) compiled once per (shape, names left
-    out, batch) and alias (:mod:`django_debounce.compiled`).
+    out, batch, ``keyed``) and alias (:mod:`django_debounce.compiled`). ``keyed``:
+    leave out the jobs whose key's defer-mode bucket waits for a token
+    (:func:`~django_debounce.flow.key_rates.not_blocked`).
     """
 
     def build(slot: Mapping[str, Any]) -> Query:
         qs = shape.queryset(slot["now"], using)
         if skip:
             qs = qs.exclude(task_name__in=list(skip))
+        if keyed:
+            qs = qs.filter(not_blocked(slot["now"]))
         return qs[:batch].query
 
-    entry = compiled.compiled(("gated_pick", shape, skip, batch), build, NOW_SLOT, using)
+    key = ("gated_pick", shape, skip, batch, keyed)
+    entry = compiled.compiled(key, build, NOW_SLOT, using)
     return compiled.fetch_jobs(entry, {"now": now}, using)
 
 

@@ -22,10 +22,7 @@ an admit: the job takes a token, or becomes the breaker's probe.
 A job held back stays READY with its ``run_at`` (its place in line). A job of
 an ``on_excess="drop"`` task that passes the breaker and concurrency checks
 but finds no token is shed instead (``shed:`` dead letter). A breaker never
-sheds: while open, jobs wait.
-
-:class:`Gate`, :func:`gate_for`, :func:`current_gates` and :func:`shed_reason`
-live in :mod:`django_debounce.flow.rules`.
+sheds: while open, jobs wait. Rate limits per key: :mod:`django_debounce.flow.key_rates`.
 """
 
 from __future__ import annotations
@@ -44,12 +41,12 @@ from django.db.models import Count
 from ..breaker import CLOSED, HALF_OPEN
 from ..models import Job, TaskState
 from . import redis_tokens
+from .key_rates import KeyRows
 from .redis_buckets import Level
 from .rules import Gate, live_lease, verdict
 from .start_rules import JudgedAtStart
 
 logger = logging.getLogger("django_debounce.admission")
-
 _STATE_FIELDS = TaskState.STATE_FIELDS
 
 
@@ -63,6 +60,7 @@ class Decision:
     cut: bool = False
     """True when the round stopped at a job judged at its start with no thread free for it
     (:func:`~django_debounce.flow.start_rules.cut_for_start`): later candidates wait behind it."""
+    shed_by_key: set[int] = field(default_factory=set)  # shed by their key's bucket (decision 189)
 
 
 @dataclass(frozen=True)
@@ -75,6 +73,7 @@ class Checkpoint:
     probe_live: dict[str, bool]
     dirty: frozenset[str]
     redis: tuple[int, dict[str, Level], dict[str, int]] = (0, {}, {})
+    keys: Any = None  # KeyRows.mark() of the per-key buckets
 
 
 class Admission:
@@ -117,6 +116,7 @@ class Admission:
         self.probe_live: dict[str, bool] = {}
         self.dirty: set[str] = set()
         self._want = 1
+        self.keys = KeyRows(gates, now=now, using=using)
         buckets = {name: gate.bucket for name, gate in gates.items() if gate.bucket is not None}
         self.redis = redis_tokens.ClaimTokens(
             ledger or redis_tokens.TokenLedger(), buckets if ledger is not None else {}
@@ -189,10 +189,13 @@ class Admission:
         ungated jobs included, for as long as it stays stalled.
         """
         wanted = sorted(set(names) - set(self.states) - self.unavailable)
-        for name in [name for name in wanted if name in self.redis.names]:
-            if self.gates[name].breaker is None and self.gates[name].concurrency is None:
-                self.states[name] = TaskState(task_name=name)  # a Redis rate limit alone: no lock
-                wanted.remove(name)
+        for name in list(wanted):
+            gate = self.gates[name]
+            if gate.breaker is None and gate.concurrency is None:
+                if gate.bucket is None or name in self.redis.names:
+                    # A Redis rate limit, or rate limits per key, alone: no lock (decisions 101, 189).
+                    self.states[name] = TaskState(task_name=name)
+                    wanted.remove(name)
         if not wanted:
             return
         qs = TaskState.objects.using(self.using).filter(task_name__in=wanted).order_by("task_name")
@@ -231,8 +234,9 @@ class Admission:
                 )
 
     def hold(self, candidates: Sequence[Job]) -> None:
-        """Lock the TaskState rows of the gated tasks among ``candidates`` (see :meth:`admit`)."""
+        """Lock the TaskState and per-key bucket rows of the gated tasks among ``candidates``."""
         self._lock({job.task_name for job in candidates if job.task_name in self.gates})
+        self.keys.hold(list(candidates), self.gates)
 
     def checkpoint(self) -> Checkpoint:
         """Return the in-memory state of the rows held so far, for :meth:`restore`.
@@ -248,6 +252,7 @@ class Admission:
             probe_live=dict(self.probe_live),
             dirty=frozenset(self.dirty),
             redis=self.redis.mark(),
+            keys=self.keys.mark(),
         )
 
     def restore(self, checkpoint: Checkpoint) -> None:
@@ -264,6 +269,7 @@ class Admission:
         self.probe_live = dict(checkpoint.probe_live)
         self.dirty = set(checkpoint.dirty)
         self.redis.restore(checkpoint.redis)  # Redis tokens go back
+        self.keys.restore(checkpoint.keys)
 
     def admit(
         self,
@@ -320,8 +326,9 @@ class Admission:
             verdict = self._check(gate, job, plan=plan)
             if verdict == "admit":
                 decision.admitted.append(job)
-            elif verdict == "shed":
+            elif verdict in ("shed", "shed_key"):
                 decision.to_shed.append((job, gate))
+                decision.shed_by_key.update([job.pk] if verdict == "shed_key" else [])
             else:
                 decision.held_back.append(job)
         return decision
@@ -329,10 +336,9 @@ class Admission:
     def _check(self, gate: Gate, job: Job, *, plan: bool = False) -> str:
         """Judge ``job`` by its task's rules (:func:`~django_debounce.flow.rules.verdict`) and apply an admit.
 
-        Returns ``"admit"``, ``"hold"`` or ``"shed"``. An admitted job takes a
-        token and may become the breaker's probe, both in the locked row in memory.
-        With ``plan``, a Redis take is not made: the job counts as admitted (see
-        :meth:`admit`).
+        Returns ``"admit"``, ``"hold"``, ``"shed"`` or ``"shed_key"`` (by its key's bucket). An
+        admitted job takes its tokens and may become the breaker's probe, in the locked rows in
+        memory. With ``plan``, a Redis take is not made: the job counts as admitted (:meth:`admit`).
         """
         name = gate.task_name
         state = self.states.get(name)
@@ -348,6 +354,9 @@ class Admission:
         )
         if judged.kind != "admit":
             return judged.kind
+        per_key = self.keys.judge(gate, job)  # the key's own bucket (decision 189)
+        if per_key is not None:
+            return "shed_key" if per_key == "shed" else per_key
         if judged.level is not None and name in self.redis.names:
             # A plan takes nothing: the take is made once the job is locked (issue #17 item 5).
             if not plan and (
@@ -362,6 +371,7 @@ class Admission:
             if state.tokens_at is None or state.tokens_at < self.now:
                 state.tokens_at = self.now
             self.dirty.add(name)
+        self.keys.take(gate, job)
         if judged.probe:
             state.breaker_state = HALF_OPEN
             state.probe_job_id = job.pk
@@ -376,8 +386,7 @@ class Admission:
         self.admitted[name] = self.admitted.get(name, 0) + 1
         return "admit"
 
-    def _in_use(self, name: str) -> int:
-        """Return the task's RUNNING jobs under a live lease plus those admitted by this claim."""
+    def _in_use(self, name: str) -> int:  # RUNNING under a live lease, plus admitted by this claim
         return self.running.get(name, 0) + self.admitted.get(name, 0)
 
     def exhausted_names(self) -> set[str]:
@@ -402,14 +411,10 @@ class Admission:
     def save(self) -> None:
         """Write the TaskState rows this claim changed (one UPDATE each); settle Redis credit."""
         self.redis.settle()
+        self.keys.save()
         for name in sorted(self.dirty):
             self.states[name].save(using=self.using, update_fields=_STATE_FIELDS)
         self.dirty.clear()
 
 
-__all__ = [
-    "CLOSED",
-    "Admission",
-    "Checkpoint",
-    "Decision",
-]
+__all__ = ["CLOSED", "Admission", "Checkpoint", "Decision"]

@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from ..breaker import HALF_OPEN
 from ..models import Job, TaskState
+from .key_rates import bucket_row, key_hold
 from .redis_buckets import RedisUnavailable, store
 from .rules import (
     Gate,
@@ -283,7 +284,11 @@ def _gate_holds(job: Job, now: datetime, using: str) -> list[Hold]:
     judged = verdict(
         gate, state, now=now, in_use=running, probe_live=probe_live, job_id=job.pk, every=True
     )
-    return list(judged.reasons)
+    holds = list(judged.reasons)
+    if gate.key_bucket is not None and job.key_hash is not None:  # decision 189
+        key = key_hold(gate, bucket_row(job.task_name, job.key_hash, using=using), now)
+        holds.extend([key] if key is not None else [])
+    return holds
 
 
 def flow_control_notes(
@@ -339,6 +344,7 @@ def flow_control_notes(
                 "a circuit breaker" if gate.breaker else "",
                 f"a concurrency cap of {gate.concurrency}" if gate.concurrency else "",
                 f"a rate limit of {gate.bucket.text}" if gate.bucket else "",
+                f"a rate limit per key of {gate.key_bucket.text}" if gate.key_bucket else "",
             )
             if text
         ]

@@ -128,8 +128,8 @@ class Hold:
 
     Attributes:
         code: ``"not_due"``, ``"expired"``, ``"dependency"``, ``"key"``,
-            ``"breaker"``, ``"probe"``, ``"concurrency"``, ``"rate_limit"``,
-            ``"shed"`` (drop-mode bucket empty: the next claim sheds it) or
+            ``"breaker"``, ``"probe"``, ``"concurrency"``, ``"rate_limit"``, ``"key_rate_limit"``
+            (its key's bucket), ``"shed"`` (drop-mode bucket empty: the next claim sheds it) or
             ``"unknown_task"`` (not registered here: flow control unknown).
         text: the reason in operators' words (plain text).
         job_id: a related job (the dependency, the run of the key, the probe), or ``None``.
@@ -160,6 +160,7 @@ class Gate:
         drop: ``on_excess="drop"``: a job with no token is shed, not deferred.
         concurrency: the cap on RUNNING jobs, or ``None``.
         breaker: the circuit breaker, or ``None``.
+        key_bucket: the shape of each debounce key's bucket (``rate_limit_per_key=``), or ``None``.
     """
 
     task_name: str
@@ -167,12 +168,15 @@ class Gate:
     drop: bool
     concurrency: int | None
     breaker: CircuitBreaker | None
+    key_bucket: TokenBucket | None = None
 
 
 def gate_for(name: str, options: TaskOptions) -> Gate | None:
     """Return the :class:`Gate` of a task's options, or ``None`` when nothing gates it."""
-    if options.rate_limit is None and options.concurrency is None and not options.circuit_breaker:
-        return None
+    per_key = options.rate_limit_per_key
+    if options.rate_limit is None and per_key is None and not options.concurrency:
+        if not options.circuit_breaker:
+            return None
     return Gate(
         task_name=name,
         bucket=(
@@ -183,6 +187,7 @@ def gate_for(name: str, options: TaskOptions) -> Gate | None:
         drop=options.on_excess == "drop",
         concurrency=options.concurrency,
         breaker=options.circuit_breaker,
+        key_bucket=bucket_for(per_key) if per_key is not None else None,
     )
 
 

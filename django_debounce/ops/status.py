@@ -28,6 +28,7 @@ from django.utils import timezone
 from .. import registry
 from ..flow import redis_buckets
 from ..flow.hold_reasons import flow_view
+from ..flow.key_rates import key_counts
 from ..flow.rules import live_lease
 from ..models import DeadLetter, Job, TaskState
 from .periodic import schedule_rows
@@ -74,6 +75,8 @@ def collect_status(
         ``breakers`` of ``{"task_name", "state", "failures", "opened_at",
         "reset_due_at"}`` (not closed); ``buckets`` of ``{"task_name",
         "tokens", "capacity", "next_token_at"}`` holding less than one token;
+        ``per_key`` of ``{"task_name", "rate_limit_per_key", "on_excess", "keys_in_use",
+        "keys_waiting"}`` per task with a rate limit per key (counts, never keys; decision 189);
         ``workers`` of ``{"worker_id", "running", "lease_expires_at"}``;
         ``schedules`` the periodic schedules this process registered
         (:func:`~django_debounce.ops.periodic.schedule_rows`: next and last tick).
@@ -201,7 +204,19 @@ def _flow_control(now: datetime, using: str) -> dict[str, list[dict[str, Any]]]:
                     "next_token_at": _iso(view.next_token_at),
                 }
             )
-    return {"breakers": breakers, "buckets": buckets}
+    keyed = {name: t for name, t in registry.all_tasks().items() if t.options.rate_limit_per_key}
+    counts = key_counts(now, using=using, names=sorted(keyed)) if keyed else {}
+    per_key = [
+        {
+            "task_name": name,
+            "rate_limit_per_key": task.options.rate_limit_per_key,
+            "on_excess": task.options.on_excess,
+            "keys_in_use": counts.get(name, (0, 0))[0],
+            "keys_waiting": counts.get(name, (0, 0))[1],
+        }
+        for name, task in sorted(keyed.items())
+    ][:MAX_STATES]
+    return {"breakers": breakers, "buckets": buckets, "per_key": per_key}
 
 
 def _workers(jobs: Any, now: datetime) -> list[dict[str, Any]]:
@@ -335,6 +350,11 @@ def render_status(snapshot: dict[str, Any], *, width: int = 80, height: int | No
         f" {b['tokens']:>5.2f}/{b['capacity']:<4} next {_until(b['next_token_at'], now)}"
         for b in snapshot["buckets"]
     ]
+    per_key = [
+        f"  {pad(cut_dotted(b['task_name'], task_col), task_col)}"
+        f" {b['rate_limit_per_key']:>8} {b['keys_in_use']:>6} in use {b['keys_waiting']:>6} waiting"
+        for b in snapshot.get("per_key", ())
+    ]
     worker_w = width - 23 - LEASE_W  # "  ", " 1234 running, lease ", the lease
     workers = [
         f"  {pad(cut_middle(w['worker_id'], worker_w), worker_w)} {w['running']:>4}"
@@ -366,6 +386,8 @@ def render_status(snapshot: dict[str, Any], *, width: int = 80, height: int | No
         (["", f"exhausted token buckets: {len(buckets)}"], buckets, ""),
         (["", f"live workers (RUNNING jobs under a live lease): {len(workers)}"], workers, ""),
     ]
+    if per_key:  # only where a task has rate_limit_per_key (decision 189)
+        parts.insert(-1, (["", "rate limits per key (keys in use, waiting)"], per_key, ""))
     if schedules:  # only where periodic tasks are declared (decision 177)
         parts.append((["", "periodic schedules (next tick, last tick)"], schedules, ""))
     # An empty list's "(none …)" line belongs to its heading: never traded for "… more".

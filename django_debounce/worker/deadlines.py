@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from django.db import DEFAULT_DB_ALIAS
 
 from ..flow import redis_buckets
+from ..flow.key_rates import next_key_token_at
 from ..flow.rules import current_gates
 from ..models import Job, TaskState
 
@@ -91,17 +92,18 @@ def next_refill_at(
     not the level at ``now``, decides, so a token that arrives between the
     claim and this read still wakes the worker at once.
 
-    One query of the TaskState rows, or one Redis round trip with
+    A key waiting for its own bucket's next token (``rate_limit_per_key=``) counts too.
+    One query of the TaskState rows (and one of the waiting keys), or one Redis round trip with
     ``DEBOUNCE_REDIS`` (Redis failing: the database rows, as a claim does).
     """
-    gates = {
-        name: gate.bucket
-        for name, gate in current_gates().items()
-        if gate.bucket is not None and not gate.drop
-    }
-    if not gates:
-        return None
+    every = current_gates()
     since = now if since is None else since
+    keyed = sorted(n for n, g in every.items() if g.key_bucket is not None and not g.drop)
+    # A key waiting for its bucket's token (rate_limit_per_key=, decision 189): one query.
+    key_at = next_key_token_at(since, names=keyed, using=using) if keyed else None
+    gates = {name: g.bucket for name, g in every.items() if g.bucket is not None and not g.drop}
+    if not gates:
+        return None if key_at is None else max(now, key_at)
     levels: dict[str, tuple[float | None, datetime | None]] = {}
     store = redis_buckets.store()
     if store is not None:
@@ -124,6 +126,8 @@ def next_refill_at(
         when = tokens_at + timedelta(seconds=wait)
         if when > since and (soonest is None or when < soonest):
             soonest = when
+    if key_at is not None and (soonest is None or key_at < soonest):
+        soonest = key_at
     return None if soonest is None else max(now, soonest)
 
 

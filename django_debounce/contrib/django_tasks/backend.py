@@ -87,6 +87,7 @@ class DebounceTask(Task):  # type: ignore[type-arg]
     metadata: dict[str, object] | None = None
     rate_limit: str | None = None
     rate_limit_burst: int | None = None
+    rate_limit_per_key: str | None = None
     on_excess: str | None = None
     concurrency: int | None = None
     circuit_breaker: CircuitBreaker | None = None
