@@ -416,6 +416,5 @@ class DeadLetter(models.Model):
         return config.retry_dead_letter(self, force=force)
 
 
-# Its own module (decision 177); re-exported so every model is importable from here.
-from .key_buckets import KeyBucket as KeyBucket  # noqa: E402
+from .key_buckets import KeyBucket as KeyBucket  # noqa: E402  (own modules, re-exported here)
 from .periodic_ticks import PeriodicTick as PeriodicTick  # noqa: E402
