@@ -85,7 +85,9 @@ class JobThreads(WorkerStop):
     def _thread_main(self) -> None:
         me = threading.current_thread()
         try:
-            while me not in self._stuck:  # a retired thread takes no more jobs
+            # A retired thread takes no more jobs. (No _stuck yet: a worker whose threads were
+            # never started, whose job-thread loop a test drives.)
+            while me not in getattr(self, "_stuck", ()):
                 job = self._work.get()
                 if job is None:
                     return
