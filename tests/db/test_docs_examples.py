@@ -67,7 +67,6 @@ GIVEN: dict[str, dict[str, Any]] = {
     "docs/howto/circuit-breaker.md": {"billing": SimpleNamespace(sync=_service_down)},
     "docs/explanation/flow-control.md": {"payments": SimpleNamespace(charge=lambda order_id: None)},
     "docs/reference/api.md": {"logger": logging.getLogger("docs.examples"), "users": []},
-    "docs/tutorial.md": {"BASE_DIR": Path("/tmp")},
     "docs/demo.md": {"debounced_task": debounced_task, "Any": Any},
 }
 
