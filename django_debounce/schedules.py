@@ -23,20 +23,25 @@ This module reads no database; :mod:`django_debounce.ops.periodic` defers the ti
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, tzinfo
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 from django.conf import settings as django_settings
+from django.utils import timezone
 
 from . import codec
 from .conf.durations import DurationLike, parse_duration
-from .exceptions import ConfigurationError, PayloadError
+from .exceptions import ConfigurationError, KeyResolutionError, PayloadError
 
-__all__ = ["MAX_NAME_LENGTH", "Schedule", "declare_schedules"]
+if TYPE_CHECKING:
+    from .options import TaskOptions
+    from .registry import RegisteredTask
+
+__all__ = ["MAX_NAME_LENGTH", "Schedule", "check_schedule_keys", "declare_schedules"]
 
 #: The longest schedule name (``PeriodicTick.schedule``).
 MAX_NAME_LENGTH = 200
@@ -50,8 +55,8 @@ class Schedule:
         cron: a cron expression of five fields (minute hour day month weekday)
             or six (seconds first), as cronsim reads it (``"*/5 * * * *"``,
             ``"0 3 * * MON-FRI"``, ``"0 0 L * *"``).
-        tz: an IANA zone name (``"Europe/Paris"``); ``None``: Django's
-            ``TIME_ZONE`` when the tick is computed.
+        tz: an IANA zone name (``"Europe/Paris"``) or a ``tzinfo``; ``None``:
+            Django's ``TIME_ZONE`` when the tick is computed.
         args, kwargs: the arguments of every job (fixed; stored through the codec, §5).
         name: the schedule's name, unique in the deployment (its ticks are
             recorded under it); default: the task's name.
@@ -59,6 +64,7 @@ class Schedule:
             the schedule's previous tick is READY or RUNNING.
         pass_tick: pass the tick's instant (an aware ``datetime`` in ``tz``)
             as the keyword argument ``tick``.
+            ``overlap`` and ``pass_tick`` are bools (``"no"`` is refused, not taken as true).
         max_lateness: the latest a tick may be deferred after its instant (a
             duration); ``None``: ``DEBOUNCE_PERIODIC_MAX_LATENESS``. After a
             downtime only the latest missed tick within it runs.
@@ -68,7 +74,7 @@ class Schedule:
     """
 
     cron: str
-    tz: str | None = None
+    tz: str | tzinfo | None = None
     args: Sequence[Any] = ()
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     name: str | None = None
@@ -77,8 +83,10 @@ class Schedule:
     max_lateness: DurationLike | None = None
 
     @property
-    def zone(self) -> ZoneInfo:
-        """The time zone the expression is read in."""
+    def zone(self) -> tzinfo:
+        """The time zone the expression is read in (a ``ZoneInfo``, or the ``tzinfo`` given)."""
+        if isinstance(self.tz, tzinfo):
+            return self.tz
         return ZoneInfo(self.tz or django_settings.TIME_ZONE or "UTC")
 
     def lateness(self) -> timedelta:
@@ -124,8 +132,10 @@ def declare_schedules(
     Raises:
         ConfigurationError: a bad cron expression, an unknown zone, arguments
             that do not fit ``signature`` or that the codec cannot store, a
-            lateness that is not a duration, two schedules of the task with one
-            name, or a name that is not text of 1..200 characters.
+            lateness that is not a duration, ``overlap``/``pass_tick`` that are
+            not bools, a ``tz`` that is neither a zone name nor a ``tzinfo``,
+            two schedules of the task with one name, or a name that is not text
+            of 1..200 characters.
     """
     if value is None:
         return ()
@@ -149,6 +159,88 @@ def declare_schedules(
     return tuple(found)
 
 
+def check_schedule_keys(task: RegisteredTask) -> None:
+    """Refuse a schedule of ``task`` whose fixed arguments cannot resolve its keys (decision 191).
+
+    Each schedule's ``args``/``kwargs`` (with ``tick=`` under ``pass_tick=True``)
+    are planned as ``task.delay`` plans a call
+    (:func:`~django_debounce.enqueueing.planning.plan_call`, no SQL), once per
+    key template: the task's ``debounce_key`` and its ``unique_key``. A key
+    given as a callable is user code and is not run at declaration (its
+    failures are the ticks' ``outcome="error"``).
+
+    Args:
+        task: a task whose ``options.schedule`` were checked by :func:`declare_schedules`.
+
+    Raises:
+        ConfigurationError: naming the schedule, the key option and template,
+            and what does not resolve (say, a ``{user}`` with no ``user=``).
+    """
+    # Kernel -> enqueueing, lazily: a declaration plans its ticks' calls as delay does.
+    from .enqueueing.planning import plan_call
+
+    options = task.options
+    templates = {
+        option: spec
+        for option, spec in (
+            ("debounce_key", options.debounce_key),
+            ("unique_key", options.unique_key),
+        )
+        if isinstance(spec, str)
+    }
+    for schedule in options.schedule:
+        if not isinstance(schedule, Schedule) or not templates:
+            continue
+        kwargs = dict(schedule.kwargs)
+        if schedule.pass_tick:
+            kwargs["tick"] = datetime.now(schedule.zone)
+        for option, spec in templates.items():
+            only = replace(  # the other key left to its default: the message names one option
+                options,
+                debounce_key=spec if option == "debounce_key" else None,
+                unique_key=spec if option == "unique_key" else None,
+            )
+            try:
+                plan_call(
+                    _Planned(task, only), task.name, schedule.args, kwargs, {}, timezone.now()
+                )
+            except (KeyResolutionError, PayloadError) as exc:
+                why = str(exc).removeprefix(f"enqueue of {task.name!r}: ").rstrip(".")
+                raise ConfigurationError(
+                    f"task {task.name!r}: schedule {schedule.name!r} ({schedule.cron!r}): its "
+                    f"args/kwargs cannot resolve the task's {option} {spec!r}, so every tick "
+                    f"would fail: {why}. Give the Schedule the argument(s) the key uses."
+                ) from None
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """``task`` seen with other options (a :class:`~django_debounce.registry.RegisteredTask`)."""
+
+    task: RegisteredTask
+    options: TaskOptions
+
+    @property
+    def name(self) -> str:
+        return self.task.name
+
+    @property
+    def func(self) -> Callable[..., Any]:
+        return self.task.func
+
+    @property
+    def signature(self) -> inspect.Signature:
+        return self.task.signature
+
+    @property
+    def is_async(self) -> bool:
+        return self.task.is_async
+
+
+def _zone_name(value: object) -> bool:
+    return isinstance(value, str) and value.strip() != ""
+
+
 def _check(schedule: Schedule, task_name: str, signature: inspect.Signature) -> Schedule:
     where = f"task {task_name!r}: schedule {schedule.cron!r}"
     if not isinstance(schedule.cron, str):
@@ -160,6 +252,16 @@ def _check(schedule: Schedule, task_name: str, signature: inspect.Signature) -> 
             f"{where} is not a cron expression ({exc}); give five fields, minute hour "
             "day-of-month month day-of-week, e.g. '*/5 * * * *' or '0 3 * * MON-FRI'."
         ) from None
+    for flag in ("overlap", "pass_tick"):
+        if not isinstance(getattr(schedule, flag), bool):
+            raise ConfigurationError(
+                f"{where}: {flag}= takes True or False, got {getattr(schedule, flag)!r}."
+            )
+    if not (schedule.tz is None or isinstance(schedule.tz, tzinfo) or _zone_name(schedule.tz)):
+        raise ConfigurationError(
+            f"{where}: tz= takes a time zone: an IANA name such as 'Europe/Paris' or 'UTC', "
+            f"a tzinfo, or None (settings.TIME_ZONE); got {schedule.tz!r}."
+        )
     try:
         schedule.zone  # noqa: B018 - resolving the zone is the check
     except (ZoneInfoNotFoundError, ValueError, TypeError):
@@ -204,7 +306,7 @@ def _check(schedule: Schedule, task_name: str, signature: inspect.Signature) -> 
         args=tuple(args),
         kwargs=kwargs,
         name=name,
-        overlap=bool(schedule.overlap),
-        pass_tick=bool(schedule.pass_tick),
+        overlap=schedule.overlap,
+        pass_tick=schedule.pass_tick,
         max_lateness=schedule.max_lateness,
     )

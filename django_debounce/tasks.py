@@ -15,7 +15,7 @@ from . import registry
 from .conf import settings
 from .exceptions import ConfigurationError
 from .options import Origin, TaskOptions, declare
-from .schedules import Schedule, declare_schedules
+from .schedules import Schedule, check_schedule_keys, declare_schedules
 from .task_stacking import adopt, missing_attribute
 from .validators import check_task_name
 
@@ -258,6 +258,7 @@ def _make(func: Callable[P, R], name: str | None, options: Mapping[str, object])
         )
         _check_schedule_names(task_name, schedules)
         created.options = replace(created.options, schedule=schedules, origin=Origin(where))
+        check_schedule_keys(created)
     registry.register(created)
     return created
 

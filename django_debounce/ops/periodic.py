@@ -18,7 +18,10 @@ writes nothing and moves on, so however many schedulers run, a tick has one
 job (PostgreSQL, MariaDB, SQLite). Unless the schedule says ``overlap=True``,
 the winner first looks at the job of the schedule's previous tick: while it is
 READY or RUNNING, the tick is recorded as skipped (``outcome="overlap"``) and
-no job is written (decision 179).
+no job is written (decision 179). Only the latest tick runs, never one before
+it: the transaction first locks the schedule's latest row (so deferrers of one
+schedule take turns), and a tick earlier than a row already there is refused
+as :data:`STALE`, nothing written (a scheduler whose clock is behind, decision 191).
 
 The winner also deletes the schedule's rows older than :data:`TICK_RETENTION`
 (a week), so the table stays about a week of ticks per schedule.
@@ -54,6 +57,8 @@ TICK_SLACK = 0.01
 #: The outcomes :func:`defer_tick` reports besides an enqueue's (``created``, ...).
 TAKEN = "taken"
 """Another scheduler holds the tick's row: nothing was written."""
+STALE = "stale"
+"""A later tick of the schedule was already deferred (this clock is behind): nothing was written."""
 
 
 @dataclass(frozen=True)
@@ -95,7 +100,9 @@ def defer_tick(periodic: Periodic, tick: datetime, *, scheduler_id: str = "") ->
     Returns:
         The enqueue's outcome (``"created"``, ``"debounced"``, ``"coalesced"``),
         ``"overlap"`` (skipped: the previous tick's job is READY or RUNNING),
-        or :data:`TAKEN` (another scheduler deferred the tick: nothing written).
+        :data:`TAKEN` (another scheduler deferred the tick: nothing written),
+        or :data:`STALE` (a later tick was deferred already, by a scheduler whose
+        clock is ahead: nothing written, decision 191).
 
     Raises:
         DatabaseError: the database failed (nothing was written); the enqueue's
@@ -105,9 +112,22 @@ def defer_tick(periodic: Periodic, tick: datetime, *, scheduler_id: str = "") ->
     db = _db()
     name, schedule = periodic.name, periodic.schedule
     ticks = PeriodicTick.objects.using(db)
-    if ticks.filter(schedule=name, tick=tick).exists():
-        return TAKEN  # the common case of many schedulers: no failed insert in the server's log
+    seen = _newest_from(name, tick, db)
+    if seen is not None:  # the common case of many schedulers: no failed insert in the log
+        return _not_mine(name, tick, seen, scheduler_id)
     with transaction.atomic(using=db):
+        # One deferrer of the schedule at a time: lock its latest row (decision 191), so a
+        # racer deferring another tick waits here, and the query below, a statement after the
+        # wait, sees its row (READ COMMITTED; SQLite's IMMEDIATE transaction holds the lock).
+        list(
+            ticks.select_for_update()
+            .filter(schedule=name)
+            .order_by("-tick")
+            .values_list("pk", flat=True)[:1]
+        )
+        seen = _newest_from(name, tick, db)
+        if seen is not None:
+            return _not_mine(name, tick, seen, scheduler_id)
         try:
             with transaction.atomic(using=db):
                 row = ticks.create(
@@ -140,6 +160,33 @@ def defer_tick(periodic: Periodic, tick: datetime, *, scheduler_id: str = "") ->
         extra={"action": "periodic_tick", "schedule": name, "job_id": job.pk},
     )
     return job.outcome
+
+
+def _newest_from(name: str, tick: datetime, db: str) -> datetime | None:
+    """The schedule's latest tick at or after ``tick`` (``None``: none deferred yet)."""
+    return (
+        PeriodicTick.objects.using(db)
+        .filter(schedule=name, tick__gte=tick)
+        .order_by("-tick")
+        .values_list("tick", flat=True)
+        .first()
+    )
+
+
+def _not_mine(name: str, tick: datetime, seen: datetime, scheduler_id: str) -> str:
+    """:data:`TAKEN` for ``tick`` already deferred; :data:`STALE` (logged) for an earlier tick."""
+    if seen == tick:
+        return TAKEN
+    logger.warning(
+        "periodic %s: tick %s not deferred, tick %s was already (is the clock of scheduler "
+        "%r behind?)",
+        name,
+        tick.isoformat(),
+        seen.isoformat(),
+        scheduler_id,
+        extra={"action": "periodic_stale", "schedule": name},
+    )
+    return STALE
 
 
 def _previous_in_flight(name: str, tick: datetime, db: str) -> bool:
@@ -281,7 +328,7 @@ def schedule_rows(
                 "name": periodic.name,
                 "task": periodic.task.name,
                 "cron": schedule.cron,
-                "tz": schedule.zone.key,
+                "tz": getattr(schedule.zone, "key", None) or str(schedule.zone),
                 # UTC, as every other instant of the status (the zone is in "tz").
                 "next_tick": upcoming.astimezone(UTC).isoformat() if upcoming else None,
                 "last_tick": last["tick"].isoformat() if last else None,
@@ -293,6 +340,7 @@ def schedule_rows(
 
 
 __all__ = [
+    "STALE",
     "TAKEN",
     "TICK_RETENTION",
     "TICK_SLACK",

@@ -171,6 +171,8 @@ CROSSINGS = {
     ("tasks", "enqueueing.bulk"),
     # Task.window() and friends return window handles, which act through ops (decision 172).
     ("tasks", "ops.window_handles"),
+    # A schedule's fixed arguments are planned as delay plans a call, at declaration (191).
+    ("schedules", "enqueueing.planning"),
     # A Celery worker's metrics are Prometheus metrics (docs/howto/metrics.md).
     ("contrib.celery.metrics", "contrib.prometheus.metrics"),
 }

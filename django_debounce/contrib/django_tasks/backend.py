@@ -39,7 +39,7 @@ from ...enqueueing.call import enqueue_call
 from ...exceptions import ConfigurationError, PayloadError
 from ...job_ids import storable_ids
 from ...options import Origin, declare
-from ...schedules import declare_schedules
+from ...schedules import check_schedule_keys, declare_schedules
 from ...tasks import call_signature
 from ...validators import check_queue, check_task_name
 from .results import (
@@ -324,4 +324,7 @@ def _entry(task: Task[..., Any], backend: type[BaseTaskBackend]) -> DjangoTaskEn
     if options.schedule:  # periodic (decision 177): checked against the function, as @task does
         schedules = declare_schedules(options.schedule, task_name=name, signature=signature)
         options = replace(options, schedule=schedules, origin=Origin(f"task {name!r}"))
-    return DjangoTaskEntry(task, name=name, options=options, signature=signature, backend=backend)
+    entry = DjangoTaskEntry(task, name=name, options=options, signature=signature, backend=backend)
+    if options.schedule:
+        check_schedule_keys(entry)
+    return entry

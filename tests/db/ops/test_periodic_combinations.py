@@ -1,8 +1,9 @@
 """Periodic tasks combined with edges, clocks, skewed schedulers and bad input (attack, 177-180).
 
-Under a frozen clock (time-machine, the ``clock`` fixture). A test marked
-``xfail(strict=True)`` reproduces a defect of the current code (its reason says
-what is wrong); the others prove a combination holds.
+Under a frozen clock (time-machine, the ``clock`` fixture). Three of these
+pinned defects as strict xfails, fixed by decisions 191-192: a scheduler whose
+clock is behind, a schedule whose arguments cannot resolve the task's key, bad
+schedule flags.
 """
 
 from __future__ import annotations
@@ -17,7 +18,13 @@ from django_debounce import Schedule, registry, task
 from django_debounce.claim.claiming import claim_jobs
 from django_debounce.exceptions import ConfigurationError
 from django_debounce.models import Job, PeriodicTick
-from django_debounce.ops.periodic import TAKEN, PeriodicScheduler, defer_tick, registered_schedules
+from django_debounce.ops.periodic import (
+    STALE,
+    TAKEN,
+    PeriodicScheduler,
+    defer_tick,
+    registered_schedules,
+)
 from tests.conftest import T
 
 MINUTE = dt.timedelta(minutes=1)
@@ -102,12 +109,6 @@ def test_a_leading_periodic_job_waiting_for_a_retry_makes_the_next_tick_skip(clo
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(
-    strict=True,
-    reason="a scheduler whose clock is behind (a restart after the clock stepped back, or a "
-    "second host with skew) defers a tick older than one already deferred: the overlap check "
-    "looks only at earlier ticks, so the job runs beside the newer tick's job still RUNNING",
-)
 def test_a_scheduler_behind_the_clock_never_defers_a_tick_before_one_already_deferred(
     clock, declare
 ):
@@ -117,7 +118,7 @@ def test_a_scheduler_behind_the_clock_never_defers_a_tick_before_one_already_def
     claim_jobs(worker_id="w1", limit=1, lease=dt.timedelta(minutes=5))  # 12:05's job runs
     clock(at=T + 4 * MINUTE + dt.timedelta(seconds=50))  # 20 s behind
     outcome = PeriodicScheduler(scheduler_id="behind").defer_due()
-    assert outcome.get("atk.per.skew") != "created"
+    assert outcome == {"atk.per.skew": STALE}
     assert [status for _, status in jobs("atk.per.skew")] == ["RUNNING"]
 
 
@@ -182,11 +183,6 @@ def test_racing_schedulers_defer_one_leading_job_per_tick(clock, declare, edge):
         ({"tz": ""}, r"time zone"),
     ],
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="Schedule(overlap=..., pass_tick=...) takes any value and keeps its truth "
-    "(overlap='no' is True), and tz='' is taken for TIME_ZONE: bad input is not refused",
-)
 def test_bad_schedule_flags_are_refused(options, match):
     with pytest.raises(ConfigurationError, match=match):
         task(name="atk.per.bad", schedule=Schedule("* * * * *", **options))(lambda tick=None: None)
@@ -194,12 +190,6 @@ def test_bad_schedule_flags_are_refused(options, match):
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(
-    strict=True,
-    reason="a schedule whose args/kwargs cannot resolve the task's debounce_key (here "
-    "'x:{user}' with no user=) is accepted at import; every tick then fails at enqueue "
-    "(KeyResolutionError, logged as outcome 'error') and the schedule never runs",
-)
 def test_a_schedule_whose_arguments_cannot_resolve_the_key_is_refused_at_import(clock):
     def body(**kwargs: object) -> None:
         return None
@@ -219,3 +209,87 @@ def test_a_schedule_whose_arguments_cannot_resolve_the_key_is_refused_at_import(
         outcome = PeriodicScheduler(scheduler_id="w1").defer_due().get(name)
         registry.unregister(name)
         assert outcome in (None, "created"), outcome
+
+
+@pytest.mark.django_db(transaction=True)
+def test_schedulers_racing_two_ticks_never_run_both(clock, declare):
+    """A scheduler ahead (12:05) and one behind (12:04) race, after 12:03's row: one job."""
+    clock(at=T + 5 * MINUTE + dt.timedelta(seconds=1))
+    name = "atk.per.skewrace"
+    declare(name, Schedule("* * * * *", tz="UTC"))
+    (periodic,) = [p for p in registered_schedules() if p.name == name]
+    assert defer_tick(periodic, T + 3 * MINUTE) == "created"
+    Job.objects.filter(task_name=name).update(status="SUCCESSFUL")
+    barrier = threading.Barrier(2)
+    outcomes: dict[dt.datetime, str] = {}
+    errors: list[BaseException] = []
+
+    def schedule(tick: dt.datetime) -> None:
+        try:
+            barrier.wait(10)
+            outcomes[tick] = defer_tick(periodic, tick, scheduler_id=str(tick))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    ticks = [T + 4 * MINUTE, T + 5 * MINUTE]
+    threads = [threading.Thread(target=schedule, args=(tick,)) for tick in ticks]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    # Either 12:05 went first (12:04 is stale) or 12:04 did (12:05 skips while its job waits).
+    assert sorted(outcomes.values()) in (["created", STALE], ["created", "overlap"])
+    assert Job.objects.filter(task_name=name, status="READY").count() == 1
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"overlap": 1}, r"overlap= takes True or False, got 1"),
+        ({"tz": "   "}, r"tz= takes a time zone"),
+        ({"tz": 3}, r"tz= takes a time zone"),
+    ],
+)
+def test_other_bad_schedule_flags_are_refused(options, match):
+    with pytest.raises(ConfigurationError, match=match):
+        task(name="atk.per.bad2", schedule=Schedule("* * * * *", **options))(lambda: None)
+    assert "atk.per.bad2" not in registry.all_tasks()
+
+
+@pytest.mark.django_db
+def test_a_tzinfo_is_a_time_zone(clock, declare):
+    declare("atk.per.tzinfo", Schedule("30 * * * *", tz=dt.timezone(dt.timedelta(hours=2))))
+    clock(at=T + 30 * MINUTE + dt.timedelta(seconds=1))
+    assert PeriodicScheduler(scheduler_id="w1").defer_due() == {"atk.per.tzinfo": "created"}
+
+
+def test_a_key_refusal_names_the_schedule_the_template_and_the_argument():
+    with pytest.raises(ConfigurationError) as refused:
+        task(
+            name="atk.per.badunique",
+            schedule=Schedule("* * * * *", tz="UTC", name="nightly", kwargs={"team": 1}),
+            unique_key="u:{team}:{user}",
+        )(lambda team, **kw: None)
+    message = str(refused.value)
+    assert "'nightly'" in message and "unique_key 'u:{team}:{user}'" in message, message
+    assert "uses {user}, which is not an argument" in message, message
+    assert "atk.per.badunique" not in registry.all_tasks()
+
+
+def test_a_key_may_use_the_tick_under_pass_tick_only(declare):
+    def body(tick: dt.datetime | None = None) -> None:
+        return None
+
+    declare(
+        "atk.per.tickkey", Schedule("* * * * *", tz="UTC", pass_tick=True), unique_key="t:{tick}"
+    )
+    with pytest.raises(ConfigurationError, match=r"unique_key 't:\{missing\}'.*\{missing\}"):
+        task(
+            name="atk.per.tickkey2",
+            schedule=Schedule("* * * * *", tz="UTC", pass_tick=True),
+            unique_key="t:{missing}",
+        )(body)
+    assert "atk.per.tickkey2" not in registry.all_tasks()
