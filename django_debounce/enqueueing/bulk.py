@@ -29,7 +29,8 @@ one after another at that instant.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -45,7 +46,13 @@ from django.utils import timezone
 
 from .. import lifecycle, registry
 from ..conf import settings
-from ..exceptions import ConfigurationError, DebounceError, EnqueueContentionError
+from ..exceptions import (
+    ConfigurationError,
+    DebounceError,
+    EnqueueContentionError,
+    KeyResolutionError,
+    PayloadError,
+)
 from ..models import Job
 from ..options import Plan
 from ..schema_ready import not_migrated
@@ -161,6 +168,20 @@ def _plan(index: int, call: object, now: datetime) -> Plan:
         raise type(exc)(f"{where}: {exc}") from exc
 
 
+@contextmanager
+def _naming(index: int) -> Iterator[None]:
+    """Prefix a bad-input error found while writing call ``index`` with its index.
+
+    Some errors show only at the write (a ``depends_on`` id that names no job,
+    a ``debounce_merge`` that returns no call); the transaction they escape
+    rolls the whole batch back, so nothing is written either way.
+    """
+    try:
+        yield
+    except (ConfigurationError, KeyResolutionError, PayloadError) as exc:
+        raise type(exc)(f"enqueue_many: call [{index}]: {exc}") from exc
+
+
 def _write_retrying(plans: list[Plan], now: datetime, db: str) -> list[Job]:
     """Write ``plans`` in one transaction, retrying it all after a lost race or lock wait (§4.4)."""
     budget = max(1, settings.enqueue_retries)
@@ -214,7 +235,8 @@ def _write(plans: list[Plan], now: datetime, db: str) -> list[Job]:
     if locked:
         _lock_and_apply(plans, locked, now, db, jobs)
     for index in sorted(one_by_one):
-        jobs[index] = write_locked(plans[index], now, db)
+        with _naming(index):
+            jobs[index] = write_locked(plans[index], now, db)
     assert all(job is not None for job in jobs)
     return jobs  # type: ignore[return-value]
 
@@ -302,7 +324,8 @@ def _lock_and_apply(
         else:
             job = existing
         for index in calls:
-            fields.update(apply_slide(job, plans[index], now))
+            with _naming(index):
+                fields.update(apply_slide(job, plans[index], now))
         if is_new:
             opened.append((job, group))
         else:

@@ -3,9 +3,12 @@
 :func:`prune_jobs` is what ``manage.py prune_debounce_jobs`` and the worker's
 automatic prune (``DEBOUNCE_PRUNE``, :class:`~django_debounce.ops.sweep.SweepSchedule`)
 run. A job is pruned when it is finished (SUCCESSFUL, FAILED, CANCELLED,
-EXPIRED or SHED) with ``finished_at`` before the cutoff, and no READY or
+EXPIRED or SHED) with ``finished_at`` before the cutoff, no READY or
 RUNNING job depends on it (§6: deleting a dependency would delete the
-dependency link with it and let the waiting job run early).
+dependency link with it and let the waiting job run early), and its debounce
+ceiling (``max_run_at``) has passed: a leading or both burst is read from its
+key's rows whose ceiling is still ahead, so its finished leading job is what
+keeps the burst swallowing calls until it closes (decision 181).
 
 Each batch is one short transaction: pick at most ``batch_size`` ids through
 the ``finished_at`` index, then ``Job.objects.filter(pk__in=ids).delete()``.
@@ -24,7 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from ..models import DeadLetter, Job, JobDependency
@@ -63,14 +66,26 @@ class PruneResult:
     stopped: bool = False
 
 
-def prunable_jobs(cutoff: datetime, *, using: str = DEFAULT_DB_ALIAS) -> QuerySet[Job]:
+def prunable_jobs(
+    cutoff: datetime, *, now: datetime | None = None, using: str = DEFAULT_DB_ALIAS
+) -> QuerySet[Job]:
     """Return the finished jobs :func:`prune_jobs` deletes: before ``cutoff``, no waiter.
+
+    A job whose debounce ceiling (``max_run_at``) is after ``now`` is kept:
+    its key's burst may still be open (decision 181). It goes at the first
+    prune after its ceiling, at most ``debounce_max_wait`` after its window opened.
 
     Args:
         cutoff: an aware datetime; jobs with ``finished_at < cutoff`` qualify.
+        now: the instant ceilings are compared with (default ``timezone.now()``).
         using: database alias.
     """
-    return _finished_before(cutoff, using).exclude(Exists(_waiting_dependents(using)))
+    now = now or timezone.now()
+    return (
+        _finished_before(cutoff, using)
+        .filter(Q(max_run_at__isnull=True) | Q(max_run_at__lte=now))
+        .exclude(Exists(_waiting_dependents(using)))
+    )
 
 
 def _finished_before(cutoff: datetime, using: str) -> QuerySet[Job]:
@@ -125,9 +140,10 @@ def prune_jobs(
         raise ValueError(f"batch_size={batch_size} must be at least 1")
     if older_than <= timedelta(0):
         raise ValueError(f"older_than={older_than} must be longer than zero")
-    cutoff = (now or timezone.now()) - older_than
+    now = now or timezone.now()
+    cutoff = now - older_than
     result = result if result is not None else PruneResult()
-    candidates = prunable_jobs(cutoff, using=using)
+    candidates = prunable_jobs(cutoff, now=now, using=using)
     if dry_run:
         result.jobs = candidates.count()
         result.kept_dependencies = _kept_dependencies(cutoff, using)

@@ -41,7 +41,15 @@ from ..registry import RegisteredTask
 from ..validators import check_task_name
 from . import windows as actions
 from .cancels import CancelResult, cancel_jobs
-from .window_states import WindowAction, WindowState, in_flight, shown, state_of, with_edge
+from .window_states import (
+    WindowAction,
+    WindowState,
+    in_flight,
+    pending_leading,
+    shown,
+    state_of,
+    with_edge,
+)
 
 __all__ = [
     "Window",
@@ -250,6 +258,10 @@ class Windows:
                         others = [j for j in before.get(window.window_key, []) if j.pk != job.pk]
                         state = state_of(window, job, in_flight(others))
                         deps = tuple(result.cancelled_dependents)
+                        leading = pending_leading(job, others)
+                        if leading:  # a both burst's leading job, never claimed (decision 181)
+                            ended = actions.cancel(leading, now=now, using=db)
+                            deps += tuple(ended.cancelled_dependents)
                         found[window.window_key] = WindowAction(True, "cancelled", state, deps)
                 rows = _live_rows(self.windows, db)
             return [found.get(w.window_key) or _refused(w, rows) for w in self.windows]

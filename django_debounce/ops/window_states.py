@@ -17,7 +17,15 @@ from .. import codec, registry
 from ..enqueueing import edges
 from ..models import Job
 
-__all__ = ["WindowAction", "WindowState", "in_flight", "shown", "state_of", "with_edge"]
+__all__ = [
+    "WindowAction",
+    "WindowState",
+    "in_flight",
+    "pending_leading",
+    "shown",
+    "state_of",
+    "with_edge",
+]
 
 Status = Job.Status
 
@@ -110,6 +118,27 @@ def in_flight(jobs: Iterable[Job]) -> int | None:
     """Return the id of the RUNNING job among a key's ``jobs`` (the newest), or ``None``."""
     running = [job.pk for job in jobs if job.status == Status.RUNNING]
     return max(running) if running else None
+
+
+def pending_leading(job: Job, others: Sequence[Job]) -> list[int]:
+    """Return the ids of the unclaimed jobs of ``job``'s burst beside it (decision 181).
+
+    A both burst's trailing job holds the key's window; its leading job, due
+    at once, may still wait unclaimed (a busy worker, a breaker, a cap). It
+    shares the burst's ``opened_at`` and ceiling and was never claimed
+    (``attempts == 0``). Cancelling the window ends it too: a cancelled window
+    never runs, nor does the call that opened it. A claimed one is left alone (§4.5).
+    """
+    return [
+        other.pk
+        for other in others
+        if other.status == Status.READY
+        and other.window_key is None
+        and other.attempts == 0
+        and job.max_run_at is not None
+        and other.opened_at == job.opened_at
+        and other.max_run_at == job.max_run_at
+    ]
 
 
 def state_of(window: WindowIdentity, job: Job, run_in_flight: int | None) -> WindowState:

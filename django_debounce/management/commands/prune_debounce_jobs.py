@@ -98,7 +98,7 @@ class Command(BaseCommand):
         result = PruneResult()
         try:
             if not dry_run:
-                counted = prunable_jobs(cutoff, using=using).count()
+                counted = prunable_jobs(cutoff, now=now, using=using).count()
                 if not options["no_progress"]:
                     progress = self._progress(counted)
             prune_jobs(

@@ -231,14 +231,8 @@ def test_an_open_breaker_holds_a_both_burst_whose_trailing_job_runs_after_it_clo
     assert Job.objects.get(pk=trail.pk).status == "SUCCESSFUL"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="retrying the dead letter of a both burst's failed leading job while the burst's "
-    "trailing job waits gathers the call into that trailing job (first-call payload kept): "
-    "the failed call never runs again, though edges.md says the retry opens a new burst and "
-    "runs at once",
-)
-def test_the_dead_letter_of_a_both_bursts_leading_job_runs_again_when_retried(clock, burst):
+def test_the_dead_letter_of_a_both_bursts_leading_job_is_a_call_made_now(clock, burst):
+    """Decision 182: a retry is a call made now (§8); inside the open burst it is gathered."""
     FAIL.add(0)
     both.delay(1, revision=0)
     clock(seconds=2)
@@ -247,13 +241,20 @@ def test_the_dead_letter_of_a_both_bursts_leading_job_runs_again_when_retried(cl
     assert [r[1] for r in RUNS] == [0] and DeadLetter.objects.count() == 1
     FAIL.clear()
     clock(seconds=3)
-    retried = retry_dead_letter(DeadLetter.objects.get())
-    assert retried is not None
+    letter = DeadLetter.objects.get()
+    retried = retry_dead_letter(letter)
+    # The burst is still open (its newest job, the trailing one, waits): the retry joins it,
+    # as any call at T+3 would, and the key gets a run after it, the trailing job's.
+    assert retried is not None and (retried.pk, retried.outcome) == (trail.pk, "debounced")
     clock(seconds=20)
     burst()
-    clock(seconds=40)
+    assert [r[1] for r in RUNS] == [0, 1]
+    # Once the burst has closed, a retry opens a new burst and runs the failed call at once.
+    clock(seconds=21)
+    again = retry_dead_letter(letter, force=True)
+    assert again is not None and (again.outcome, again.run_at) == ("created", s(21))
     burst()
-    assert sorted(r[1] for r in RUNS) == [0, 0, 1], (retried.pk, trail.pk, retried.outcome)
+    assert [r[1] for r in RUNS] == [0, 1, 0]
 
 
 def test_a_new_leading_burst_waits_while_the_previous_leading_run_is_still_running(clock):
@@ -271,11 +272,6 @@ def test_a_new_leading_burst_waits_while_the_previous_leading_run_is_still_runni
 # -- window handles -----------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cancel() of a both burst cancels only its trailing job: the burst's leading job, "
-    "still pending, runs anyway, and the next call opens a second burst beside it",
-)
 def test_cancelling_a_both_burst_before_any_claim_cancels_its_pending_leading_job(clock, burst):
     lead = both.delay(1, revision=0)
     clock(seconds=2)
@@ -285,6 +281,23 @@ def test_cancelling_a_both_burst_before_any_claim_cancels_its_pending_leading_jo
     burst()
     # As for a leading burst (whose pending job the cancel ends), nothing of the burst runs.
     assert RUNS == [] and Job.objects.get(pk=lead.pk).status == "CANCELLED"
+    assert both.window(1).inspect() is None  # the burst is closed: nothing pending, nothing open
+    clock(seconds=3)
+    again = both.delay(1, revision=2)  # the next call opens a new burst and runs at once
+    assert (again.outcome, again.run_at) == ("created", s(3))
+    burst()
+    assert [r[1] for r in RUNS] == [2]
+
+
+def test_cancelling_a_both_burst_leaves_its_claimed_leading_job_alone(clock):
+    lead = both.delay(1, revision=0)
+    lease = timedelta(minutes=5)
+    assert [j.pk for j in claim_jobs(worker_id="w1", limit=10, lease=lease)] == [lead.pk]
+    clock(seconds=1)
+    trail = both.delay(1, revision=1)
+    action = both.window(1).cancel()
+    assert (action.done, action.window.job_id) == (True, trail.pk)
+    assert Job.objects.get(pk=lead.pk).status == "RUNNING"  # a claimed job is never changed
 
 
 def test_cancelling_a_pending_leading_burst_ends_it(clock, burst):
@@ -344,11 +357,6 @@ def test_handles_on_a_leading_burst_while_running_and_after_it_failed(clock):
 # -- prune --------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="prune_jobs deletes the finished leading job of a burst that is still open, "
-    "so the burst is forgotten and the next call of it runs the task again",
-)
 def test_prune_keeps_the_leading_job_of_an_open_burst(clock, burst):
     leading.delay(1, revision=0)
     burst()
@@ -358,6 +366,23 @@ def test_prune_keeps_the_leading_job_of_an_open_burst(clock, burst):
     swallowed = leading.delay(1, revision=1)  # within the burst (quiet until T+10)
     burst()
     assert swallowed.outcome == "debounced" and [r[1] for r in RUNS] == [0]
+
+
+def test_prune_deletes_a_bursts_jobs_once_their_ceiling_has_passed(clock, burst):
+    lead = leading.delay(1, revision=0)
+    burst()
+    clock(seconds=5)
+    flushed = trailing.delay(1, revision=0)
+    trailing.window(1).flush()
+    burst()  # a trailing window run early: its ceiling (T+65) is still ahead too
+    clock(seconds=59)
+    assert prune_jobs(older_than=timedelta(seconds=1)).jobs == 0
+    clock(seconds=60)  # the leading job's ceiling (T+60) has passed; its burst is closed
+    assert prune_jobs(older_than=timedelta(seconds=1)).jobs == 1
+    assert not Job.objects.filter(pk=lead.pk).exists()
+    clock(seconds=65)
+    assert prune_jobs(older_than=timedelta(seconds=1)).jobs == 1
+    assert not Job.objects.filter(pk=flushed.pk).exists()
 
 
 # -- batches ------------------------------------------------------------------------------
@@ -376,11 +401,6 @@ def test_a_batch_mixing_edges_with_bad_input_in_the_middle_writes_nothing(clock)
     assert Job.objects.count() == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a depends_on id that names no job, in a batch's call (leading or not), raises an "
-    "error that does not name the call's index (enqueue_many documents 'enqueue_many: call [i]')",
-)
 def test_a_batch_whose_leading_call_names_a_missing_dependency_says_which_call(clock):
     with pytest.raises(ConfigurationError, match=r"^enqueue_many: call \[1\]"):
         enqueue_many(
@@ -435,11 +455,6 @@ def test_a_batch_whose_both_merge_returns_no_call_writes_nothing(clock):
     assert Job.objects.count() == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a debounce_merge that returns None in a batch's both call raises an error that "
-    "does not name the call's index (enqueue_many documents 'enqueue_many: call [i]')",
-)
 def test_a_batch_whose_both_merge_returns_no_call_says_which_call(clock):
     with pytest.raises(ConfigurationError, match=r"^enqueue_many: call \[3\]"):
         enqueue_many(BROKEN_MERGE_BATCH)
