@@ -1,9 +1,11 @@
 """Leading/both edges combined with flow control, handles, prune and batches (attack, decision 180).
 
 Window 10 s, max wait 60 s, on a frozen clock (§4.7); ``burst()`` runs every
-job due at the frozen instant through the real worker. A test marked
-``xfail(strict=True)`` reproduces a defect of the current code (its reason says
-what is wrong); the others prove a combination holds.
+job due at the frozen instant through the real worker. Five of these pinned
+defects as strict xfails, fixed by decisions 181-182: cancelling a both burst,
+prune during an open burst, a both burst's dead-letter retry (a docs fix), and
+enqueue_many errors that did not name their call; the others prove a
+combination holds.
 """
 
 from __future__ import annotations
