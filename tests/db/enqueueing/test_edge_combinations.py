@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 import pytest
 from django.utils import timezone
 
-from django_debounce import CircuitBreaker, debounced_task, enqueue_many
+from django_debounce import CircuitBreaker, debounced_task, enqueue_many, registry
 from django_debounce.claim.claiming import claim_jobs
 from django_debounce.exceptions import ConfigurationError
 from django_debounce.models import DeadLetter, Job
@@ -119,6 +119,23 @@ def leading_expiring(doc, revision=0):
 @debounced_task(name="atk.trailing", **WINDOW)
 def trailing(doc, revision=0):
     _log("atk.trailing", revision)
+
+
+#: The gated tasks (rate limit, cap, breaker) are registered only while a test of this module
+#: runs: registered at import, they would send every other claim of the test process
+#: through the gate (tests/db/worker/test_worker.py names any such task).
+GATED = (leading_dropped, leading_capped, both_guarded, leading_deferred, leading_expiring)
+for _gated in GATED:
+    registry.unregister(_gated.name)
+
+
+@pytest.fixture(autouse=True)
+def _gated_tasks():
+    for gated in GATED:
+        registry.register(gated)
+    yield
+    for gated in GATED:
+        registry.unregister(gated.name)
 
 
 def statuses(name: str) -> list[tuple[int, str]]:
