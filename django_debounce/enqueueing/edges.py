@@ -110,7 +110,11 @@ def write_edge(plan: Plan, now: datetime, db: str) -> Job:
         ConfigurationError: the ``debounce_merge`` function returned no call.
     """
     assert plan.window_key is not None and plan.window is not None
-    burst = open_burst(burst_rows(plan.window_key, now, db), plan.window, now)
+    rows = burst_rows(plan.window_key, now, db)
+    # A call that waited for the key's locks comes after the calls it waited for: its
+    # instant is at least theirs, or its trailing job would be due before its burst opened.
+    now = max([now, *(t for row in rows for t in (row.opened_at, row.last_enqueued_at) if t)])
+    burst = open_burst(rows, plan.window, now)
     if not burst:
         return _open(plan, now, db)
     newest = burst[0]

@@ -344,3 +344,22 @@ def test_statements_of_an_edge_call(clock, django_assert_num_queries):
         both.delay(1)
     with django_assert_num_queries(2 + 2):  # lock the burst, slide the trailing job
         both.delay(1)
+
+
+@pytest.mark.django_db
+def test_a_call_that_waited_for_the_keys_locks_is_no_earlier_than_the_burst_it_joins(clock):
+    """A producer takes its instant, waits on the key's locks while another call opens a
+    burst, then writes: its trailing job is due after the burst opened, not before (a PG
+    race test saw a trailing job due 0.8 s before its leading one)."""
+    from django.db import transaction
+
+    from django_debounce.enqueueing.edges import write_edge
+    from django_debounce.enqueueing.planning import plan_call
+
+    clock(at=s(5))
+    opened = both.delay(1, revision=0)
+    plan = plan_call(both, both.name, [1], {"revision": 1}, {}, s(4))  # its instant: T+4
+    with transaction.atomic():
+        late = write_edge(plan, s(4), "default")
+    assert (late.outcome, late.opened_at, late.last_enqueued_at) == ("created", s(5), s(5))
+    assert late.run_at == s(15) > opened.run_at == s(5)

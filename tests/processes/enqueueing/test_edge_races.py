@@ -69,5 +69,6 @@ def test_racing_producers_give_one_leading_job_per_burst_and_runs_never_overlap(
     for rows in bursts.values():
         assert 1 <= len(rows) <= per_burst, rows
         assert rows[0].run_at == rows[0].opened_at
-        assert all(row.run_at > row.opened_at for row in rows[1:])
+        shown = [(r.pk, r.run_at, r.opened_at, r.max_run_at, r.enqueue_count) for r in rows]
+        assert all(row.run_at > row.opened_at for row in rows[1:]), shown
     assert len(bursts) >= KEYS * 2
