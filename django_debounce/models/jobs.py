@@ -118,6 +118,14 @@ class Job(models.Model):
     """When ``cancel()`` asked the running job to stop (decision 186)."""
     timeout = models.DurationField(null=True, blank=True)
     """The call's soft time limit, else NULL (the task's, decision 187)."""
+    progress_done = models.PositiveBigIntegerField(null=True, blank=True)
+    """Units of work the run reported done (``JobContext.set_progress``, decision 202); NULL: none."""
+    progress_total = models.PositiveBigIntegerField(null=True, blank=True)
+    """Units of work in all, when the task knew them; NULL: unknown."""
+    progress_note = models.CharField(max_length=200, blank=True, default="")
+    """The run's last note with its progress (at most 200 characters)."""
+    progress_at = models.DateTimeField(null=True, blank=True)
+    """When the progress was written; it belongs to the latest run when ``>= started_at``."""
     depends_on = models.ManyToManyField(
         "self",
         through="JobDependency",
