@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 #: The shortest time between two progress writes of one run, in seconds (decision 203).
 MIN_INTERVAL = 1.0
-#: The longest ``note`` :meth:`JobContext.set_progress` accepts, in characters (the column's length).
+#: The longest ``note`` ``JobContext.set_progress`` accepts, in characters (the column's length).
 MAX_NOTE_LENGTH = 200
 
 logger = logging.getLogger("django_debounce.worker")
