@@ -7,9 +7,10 @@ handed to the run's :class:`ProgressReporter`, which writes at most one
 ``UPDATE`` per :data:`MIN_INTERVAL` per run: the first call of a run is written
 at once, a later call within the interval is kept pending (replacing any value
 pending before it), and the pending value is written by the first call after
-the interval or, at the latest, when the run ends (:meth:`ProgressReporter.flush`,
-which :func:`django_debounce.run.execution.run_job` calls before it records the
-outcome, on success and on failure alike). A worker that dies loses only the
+the interval, or by the next lease renewal once the interval has passed
+(:func:`write_held`), or, at the latest, when the run ends
+(:meth:`ProgressReporter.flush`, which :func:`django_debounce.run.execution.run_job`
+calls before it records the outcome, on success and on failure alike). A worker that dies loses only the
 pending value: the row keeps the last value written, at most ``MIN_INTERVAL`` old.
 
 Every write is fenced like the outcome write (``Job.objects.current_run``:
@@ -47,6 +48,24 @@ MIN_INTERVAL = 1.0
 MAX_NOTE_LENGTH = 200
 
 logger = logging.getLogger("django_debounce.worker")
+
+#: The runs of this process holding a value back, by job id (written by :func:`write_held`).
+_held: dict[int, ProgressReporter] = {}
+_held_lock = threading.Lock()
+
+
+def write_held(ids: list[int], *, using: str) -> int:
+    """Write the values held back for the running jobs ``ids`` whose interval has passed.
+
+    Called by every lease renewal (:func:`django_debounce.run.leases.renew_leases`, every
+    third of the lease, from the renewing thread), so a value a task reported and then
+    went silent on reaches the row within a renewal period, not only when the run ends
+    (decision 203). Still at most one write per :data:`MIN_INTERVAL` per run, fenced.
+    Returns how many were written; a database error is logged, not raised.
+    """
+    with _held_lock:
+        reporters = [_held[i] for i in ids if i in _held]
+    return sum(1 for reporter in reporters if reporter.using == using and reporter.write_held())
 
 
 @dataclass(frozen=True)
@@ -139,6 +158,8 @@ class ProgressReporter:
         interval: the shortest time between two writes, seconds (default :data:`MIN_INTERVAL`).
 
     ``writes`` counts the ``UPDATE`` statements issued; ``pending`` is the value held back.
+    Writes from the task's thread and from a lease renewal's are serialised, and each
+    writes the newest value held, so a row never goes back to an older value.
     """
 
     def __init__(self, job: Job | None, *, using: str = "default", interval: float = MIN_INTERVAL):
@@ -148,55 +169,74 @@ class ProgressReporter:
         self.pending: Progress | None = None
         self.writes = 0
         self._written_at: dt.datetime | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards pending and _written_at
+        self._write_lock = threading.Lock()  # one UPDATE at a time, the newest value
+
+    def _due(self, now: dt.datetime) -> bool:
+        last = self._written_at
+        # A clock that stepped back (now < last) writes rather than holding values forever.
+        return last is None or not last <= now < last + self.interval
 
     def set(self, progress: Progress) -> bool:
-        """Write ``progress`` now if the interval since the last write has passed, else keep it pending.
+        """Write ``progress`` now if the interval since the last write has passed, else hold it.
 
-        Returns True when it was written; False when it was kept pending, or the run is
+        Returns True when it was written; False when it was held back, or the run is
         no longer current (fenced out: nothing written). A database error is logged, not
-        raised (progress never fails a run): the value stays pending for the next write.
+        raised (progress never fails a run): the value stays held for the next write.
         """
         if self.job is None:
             return False
-        now = timezone.now()
         with self._lock:
-            due = (
-                self._written_at is None
-                or now - self._written_at >= self.interval
-                or now < self._written_at  # the clock stepped back: do not hold values forever
-            )
             self.pending = progress
-            if not due:
-                return False
-        try:
-            return self._write(progress, now)
-        except DatabaseError:
-            logger.warning("could not write the progress of job %s", self.job.pk, exc_info=True)
+            due = self._due(timezone.now())
+        if not due:
+            with _held_lock:
+                _held[self.job.pk] = self
             return False
+        return self._write_pending(check_due=False)
+
+    def write_held(self) -> bool:
+        """Write the value held back if the interval since the last write has passed."""
+        return self._write_pending(check_due=True)
 
     def flush(self) -> bool:
-        """Write the pending value, if any (the run ends); return True if one was written.
+        """Write the value held back, if any (the run ends); return True if one was written."""
+        self._forget()
+        return self._write_pending(check_due=False)
 
-        A database error is logged, not raised: progress never changes a run's outcome.
-        """
-        if self.job is None or self.pending is None:
+    def _forget(self) -> None:
+        if self.job is not None:
+            with _held_lock:
+                if _held.get(self.job.pk) is self:
+                    del _held[self.job.pk]
+
+    def _write_pending(self, *, check_due: bool) -> bool:
+        job = self.job
+        if job is None:
             return False
         try:
-            return self._write(self.pending, timezone.now())
+            with self._write_lock:
+                now = timezone.now()
+                with self._lock:
+                    progress = self.pending
+                    if progress is None or (check_due and not self._due(now)):
+                        return False
+                    self._written_at = now
+                written = self._update(job, progress, now)
+                with self._lock:
+                    if self.pending == progress:
+                        self.pending = None
+                        self._forget()
         except DatabaseError:
-            logger.warning(
-                "could not write the last progress of job %s", self.job.pk, exc_info=True
-            )
+            logger.warning("could not write the progress of job %s", job.pk, exc_info=True)
             return False
+        if written:
+            send_signal(job_progress, job=job, progress=progress)
+        return written
 
-    def _write(self, progress: Progress, now: dt.datetime) -> bool:
+    def _update(self, job: Job, progress: Progress, now: dt.datetime) -> bool:
         from .models import Job  # noqa: PLC0415 (lazy: importable before the app registry)
 
-        job = self.job
-        assert job is not None
-        with self._lock:
-            self._written_at = now
         self.writes += 1
         updated = (
             Job.objects.using(self.using)
@@ -208,14 +248,10 @@ class ProgressReporter:
                 progress_at=now,
             )
         )
-        with self._lock:
-            if self.pending == progress:
-                self.pending = None
         if not updated:
             return False  # the run is no longer current (lease lost, job reclaimed): fenced out
         job.progress_done, job.progress_total = progress.done, progress.total
         job.progress_note, job.progress_at = progress.note, now
-        send_signal(job_progress, job=job, progress=progress)
         return True
 
 
@@ -226,4 +262,5 @@ __all__ = [
     "ProgressReporter",
     "progress_of",
     "validate_progress",
+    "write_held",
 ]

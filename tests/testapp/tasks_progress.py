@@ -29,3 +29,12 @@ def gated(context: JobContext, tag: str, gates: str) -> str:
         started_at=timezone.now(),
     )
     return f"attempt {attempt}"
+
+
+@task(name="prog.goes_silent", takes_context=True, max_retries=0)
+def goes_silent(context: JobContext, gate: str) -> str:
+    """Report twice at once (the second is held back), then wait for the file ``gate``."""
+    context.set_progress(1, 2, "first")
+    context.set_progress(2, 2, "held back")
+    wait_for_file(gate)
+    return "done"

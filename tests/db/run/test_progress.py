@@ -188,3 +188,30 @@ def test_bad_progress_is_refused_before_any_write(args, named):
     context.set_progress(3, 3, "x" * 200)  # the bounds themselves are accepted
     context.set_progress(0, 0)
     context.set_progress(7)
+
+
+@task(name="pg.silent", takes_context=True, max_retries=0)
+def silent(context: JobContext) -> None:
+    """Report twice at one instant (the second is held), then renew the lease twice."""
+    from django_debounce.run.leases import renew_leases
+
+    job = context.job
+    assert job is not None
+    context.set_progress(1, 2, "first")
+    context.set_progress(2, 2, "held")
+    for seconds in (0.5, 1.0):  # a renewal within the second holds on; one after writes
+        MOVE[0](seconds=seconds)
+        renew_leases(
+            [job.pk], worker_id=job.worker_id, lease=dt.timedelta(minutes=1), using="default"
+        )
+        STORED.append(_stored(job.pk))
+
+
+def test_a_value_held_while_the_task_is_silent_is_written_by_the_next_lease_renewal(burst):
+    job = silent.delay()
+    with CaptureQueriesContext(connection) as queries:
+        burst()
+    assert STORED == [(1, 2, "first"), (2, 2, "held")]
+    assert _progress_updates(queries) == 2  # the first write and the renewal's: nothing at the end
+    job.refresh_from_db()
+    assert (job.progress_done, job.progress_at) == (2, T + dt.timedelta(seconds=1))

@@ -68,3 +68,28 @@ def test_a_run_that_lost_its_lease_never_overwrites_the_newer_runs_progress(tmp_
     assert _progress(job.pk) == (3, 3, "attempt 2 done")
     assert progress_of(row) == Progress(3, 3, "attempt 2 done")
     assert sorted(CallLog.objects.values_list("payload__attempt", flat=True)) == [1, 2]
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_a_held_value_reaches_the_row_at_a_lease_renewal_while_the_task_is_silent(
+    tmp_path, threads
+):
+    from tests.testapp.tasks_progress import goes_silent
+
+    gate = tmp_path / "go"
+    env = child_env(DEBOUNCE_TEST_LEASE="2s")  # renewed every 2/3 s
+    with processes(tmp_path, env) as procs:
+        procs.worker("--poll-interval", "0.05", "--concurrency", threads)
+        job = goes_silent.delay(str(gate))
+        wait_for(
+            lambda: _progress(job.pk) == (2, 2, "held back"),
+            timeout=30,
+            what=lambda: f"the held value to be written\n{procs.tails()}",
+        )
+        assert Job.objects.get(pk=job.pk).status == Job.Status.RUNNING  # before the run ends
+        gate.touch()
+        wait_for(
+            lambda: Job.objects.get(pk=job.pk).status == Job.Status.SUCCESSFUL,
+            timeout=30,
+            what=procs.tails,
+        )
