@@ -21,7 +21,7 @@ from tests.procs import processes, wait_for
 from tests.testapp.models import CallLog
 from tests.testapp.tasks_progress import gated
 
-pytestmark = [pytest.mark.row_locks, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 def _progress(job_id: int) -> tuple[int | None, int | None, str]:
@@ -30,6 +30,7 @@ def _progress(job_id: int) -> tuple[int | None, int | None, str]:
     )
 
 
+@pytest.mark.row_locks
 def test_a_run_that_lost_its_lease_never_overwrites_the_newer_runs_progress(tmp_path):
     gates = str(tmp_path / "gate")
     env = child_env(DEBOUNCE_TEST_LEASE="2s")
