@@ -44,6 +44,8 @@ if TYPE_CHECKING:
 
 #: The shortest time between two progress writes of one run, in seconds (decision 203).
 MIN_INTERVAL = 1.0
+#: The largest ``done`` or ``total`` stored (a signed 64-bit column on every database).
+MAX_COUNT = 2**63 - 1
 #: The longest ``note`` ``JobContext.set_progress`` accepts, in characters (the column's length).
 MAX_NOTE_LENGTH = 200
 
@@ -103,7 +105,7 @@ def validate_progress(done: object, total: object = None, note: object = "") -> 
     """Return ``(done, total, note)`` as a :class:`Progress`, or raise before anything is written.
 
     Args:
-        done: units of work done, an ``int >= 0``.
+        done: units of work done, an ``int`` from 0 to :data:`MAX_COUNT`.
         total: units of work in all, an ``int >= done``, or ``None`` when unknown.
         note: a ``str`` of at most :data:`MAX_NOTE_LENGTH` characters (``""``: none).
 
@@ -112,10 +114,13 @@ def validate_progress(done: object, total: object = None, note: object = "") -> 
             count, ``done > total``, or a note too long; the message names the argument.
     """
     if not _is_count(done):
-        raise ProgressError(f"set_progress: done must be an int >= 0, got {done!r}")
+        raise ProgressError(
+            f"set_progress: done must be an int from 0 to {MAX_COUNT}, got {done!r}"
+        )
     if total is not None and not _is_count(total):
         raise ProgressError(
-            f"set_progress: total must be an int >= 0 or None (unknown), got {total!r}"
+            f"set_progress: total must be an int from 0 to {MAX_COUNT} or None (unknown), "
+            f"got {total!r}"
         )
     if total is not None and done > total:  # type: ignore[operator]
         raise ProgressError(
@@ -132,7 +137,7 @@ def validate_progress(done: object, total: object = None, note: object = "") -> 
 
 
 def _is_count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT
 
 
 def progress_of(job: Job) -> Progress | None:
@@ -256,6 +261,7 @@ class ProgressReporter:
 
 
 __all__ = [
+    "MAX_COUNT",
     "MAX_NOTE_LENGTH",
     "MIN_INTERVAL",
     "Progress",

@@ -171,11 +171,12 @@ def test_each_write_sends_job_progress_once(burst):
 @pytest.mark.parametrize(
     ("args", "named"),
     [
-        ((-1,), "done must be an int >= 0"),
-        ((True,), "done must be an int >= 0"),
-        (("3",), "done must be an int >= 0"),
-        ((1.5,), "done must be an int >= 0"),
-        ((1, -2), "total must be an int >= 0 or None"),
+        ((-1,), "done must be an int from 0 to 9223372036854775807, got -1"),
+        ((True,), "done must be an int from 0 to 9223372036854775807, got True"),
+        (("3",), "done must be an int from 0 to 9223372036854775807, got '3'"),
+        ((1.5,), "done must be an int from 0 to 9223372036854775807, got 1.5"),
+        ((2**63,), "done must be an int from 0 to 9223372036854775807, got 9223372036854775808"),
+        ((1, -2), "total must be an int from 0 to 9223372036854775807 or None (unknown), got -2"),
         ((5, 4), "done (5) exceeds total (4)"),
         ((1, 2, 3), "note must be a str"),
         ((1, 2, "x" * 201), "note is 201 characters, at most 200"),
@@ -186,6 +187,7 @@ def test_bad_progress_is_refused_before_any_write(args, named):
     with pytest.raises(ProgressError, match=re.escape(named)):
         context.set_progress(*args)
     context.set_progress(3, 3, "x" * 200)  # the bounds themselves are accepted
+    context.set_progress(2**63 - 1, 2**63 - 1)
     context.set_progress(0, 0)
     context.set_progress(7)
 
@@ -215,3 +217,15 @@ def test_a_value_held_while_the_task_is_silent_is_written_by_the_next_lease_rene
     assert _progress_updates(queries) == 2  # the first write and the renewal's: nothing at the end
     job.refresh_from_db()
     assert (job.progress_done, job.progress_at) == (2, T + dt.timedelta(seconds=1))
+
+
+@task(name="pg.huge", takes_context=True, max_retries=0)
+def huge(context: JobContext) -> None:
+    context.set_progress(2**63 - 2, 2**63 - 1, "é" * 200)
+
+
+def test_the_largest_counts_and_the_longest_note_are_stored_as_given(burst):
+    job = huge.delay()
+    burst()
+    assert _stored(job.pk) == (2**63 - 2, 2**63 - 1, "é" * 200)
+    assert Job.objects.get(pk=job.pk).status == Status.SUCCESSFUL
