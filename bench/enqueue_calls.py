@@ -4,7 +4,8 @@
     python3 dev.py bench enqueue_calls                     # 2,000 calls per side, 5 rounds
     python3 dev.py bench enqueue_calls -- --calls 300 --rounds 1   # a quick look
 
-Every side runs in every round, in an order that rotates, on one PostgreSQL
+Every side runs in every round, interleaved call by call in an order that
+rotates (figures are medians over the round's calls), on one PostgreSQL
 database of its own (``--url``, default ``bench_enqueue_calls``), so the ratios
 come from one run on one machine:
 
@@ -17,10 +18,13 @@ come from one run on one machine:
   ``INSERT … ON CONFLICT (window_key) DO UPDATE … RETURNING``, same keys.
 
 **in a transaction** (µs a call adds to a transaction that already runs one
-``SELECT 1``: the transaction timed with the call, minus the same transaction
-without it, both in the round):
+``SELECT 1``: the median transaction with the call, minus the median of the
+same transaction without it, timed alternately):
 
 * ``ours plain`` / ``ours slide``: the calls above inside ``transaction.atomic()``;
+* ``ours plain in a savepoint`` / ``ours slide in a savepoint``: the same calls
+  wrapped in ``transaction.atomic()``, which sends what every call sent before
+  decision 205 (``SAVEPOINT``, the write, ``RELEASE``): before and after in one run;
 * ``raw plain``: the raw ``INSERT`` inside a psycopg transaction;
 * ``celery delay_on_commit``: a Celery task's ``delay_on_commit`` on Redis
   (``--redis``; the message is published when the transaction commits, so its
@@ -28,8 +32,10 @@ without it, both in the round):
 
 Prints the medians over the rounds, the ratios of the issue's targets (ours /
 raw in autocommit ≥ 0.8; added per call inside a transaction ≤ Celery's
-``delay_on_commit``), and the statements each of ours sends per call inside a
-transaction (``CaptureQueriesContext``).
+``delay_on_commit``; ours / raw inside a transaction, for the database's share),
+and the statements each of ours sends per call inside a transaction
+(``CaptureQueriesContext``). A loaded database moves the ratio to Celery (which
+writes to Redis, not PostgreSQL), not the ratios to raw psycopg.
 """
 
 from __future__ import annotations
@@ -64,7 +70,14 @@ RETURNING id
 """
 
 AUTOCOMMIT = ("ours plain", "raw plain", "ours slide", "raw slide")
-IN_TRANSACTION = ("ours plain", "ours slide", "raw plain", "celery delay_on_commit")
+IN_TRANSACTION = (
+    "ours plain",
+    "ours slide",
+    "ours plain in a savepoint",
+    "ours slide in a savepoint",
+    "raw plain",
+    "celery delay_on_commit",
+)
 
 
 def celery_task(redis_url: str) -> Any:
@@ -145,6 +158,13 @@ def run(args: argparse.Namespace) -> list[str]:
 
         return one
 
+    def in_savepoint(call: Callable[[int, str], None]) -> Callable[[int, str], None]:
+        def one(n: int, prefix: str) -> None:
+            with transaction.atomic():
+                call(n, prefix)
+
+        return one
+
     def raw_tx_call(call: bool) -> Callable[[int, str], None]:
         def one(n: int, prefix: str) -> None:
             with raw_tx.transaction():
@@ -157,6 +177,9 @@ def run(args: argparse.Namespace) -> list[str]:
     in_tx: dict[str, tuple[Callable[[int, str], None], Callable[[int, str], None]]] = {
         "ours plain": (django_tx(ours_plain), django_tx(None)),
         "ours slide": (django_tx(ours_slide), django_tx(None)),
+        # What every call sent before decision 205: SAVEPOINT, the write, RELEASE.
+        "ours plain in a savepoint": (django_tx(in_savepoint(ours_plain)), django_tx(None)),
+        "ours slide in a savepoint": (django_tx(in_savepoint(ours_slide)), django_tx(None)),
         "raw plain": (raw_tx_call(True), raw_tx_call(False)),
         "celery delay_on_commit": (
             django_tx(lambda n, prefix: celery_noop.delay_on_commit(n)),
@@ -170,6 +193,11 @@ def run(args: argparse.Namespace) -> list[str]:
             fn(n, prefix)
         return time.perf_counter() - started
 
+    def once(fn: Callable[[int, str], None], n: int, prefix: str) -> float:
+        started = time.perf_counter()
+        fn(n, prefix)
+        return time.perf_counter() - started
+
     rates: dict[str, list[float]] = {side: [] for side in AUTOCOMMIT}
     added: dict[str, list[float]] = {side: [] for side in IN_TRANSACTION}
     try:
@@ -180,18 +208,28 @@ def run(args: argparse.Namespace) -> list[str]:
             for fn in in_tx[side]:
                 timed(fn, f"warmtx:{side}:")
         for round_no in range(args.rounds):
-            shift = round_no % len(AUTOCOMMIT)
-            for side in AUTOCOMMIT[shift:] + AUTOCOMMIT[:shift]:
-                elapsed = timed(autocommit[side], f"r{round_no}:{side}:")
-                rates[side].append(args.calls / elapsed)
-            shift = round_no % len(IN_TRANSACTION)
-            for side in IN_TRANSACTION[shift:] + IN_TRANSACTION[:shift]:
-                with_call, without = in_tx[side]
-                # Interleave the two halves so a drift in load falls on both.
-                base = timed(without, f"r{round_no}:{side}:b:")
-                full = timed(with_call, f"r{round_no}:{side}:tx:")
-                base = (base + timed(without, f"r{round_no}:{side}:b2:")) / 2
-                added[side].append((full - base) / args.calls * 1e6)
+            # Interleaved call by call (each side's next call in turn, the order rotating):
+            # a load that comes and goes on a shared machine falls on every side alike.
+            # Each figure is a median over the round's calls (robust to stalls).
+            each: dict[str, list[float]] = {side: [] for side in AUTOCOMMIT}
+            for n in range(args.calls):
+                shift = n % len(AUTOCOMMIT)
+                for side in AUTOCOMMIT[shift:] + AUTOCOMMIT[:shift]:
+                    each[side].append(once(autocommit[side], n, f"r{round_no}:{side}:"))
+            for side in AUTOCOMMIT:
+                rates[side].append(1 / statistics.median(each[side]))
+            with_times: dict[str, list[float]] = {side: [] for side in IN_TRANSACTION}
+            base_times: dict[str, list[float]] = {side: [] for side in IN_TRANSACTION}
+            for n in range(args.calls):
+                shift = n % len(IN_TRANSACTION)
+                for side in IN_TRANSACTION[shift:] + IN_TRANSACTION[:shift]:
+                    with_call, without = in_tx[side]
+                    prefix = f"r{round_no}:{side}:"
+                    base_times[side].append(once(without, n, prefix))
+                    with_times[side].append(once(with_call, n, prefix))
+            for side in IN_TRANSACTION:
+                extra = statistics.median(with_times[side]) - statistics.median(base_times[side])
+                added[side].append(extra * 1e6)
             print(
                 f"round {round_no + 1}: "
                 + ", ".join(f"{s} {rates[s][-1]:.0f}/s" for s in AUTOCOMMIT)
@@ -224,7 +262,7 @@ def run(args: argparse.Namespace) -> list[str]:
         f"slides over {keys} keys",
         "",
         table(
-            ["autocommit", "calls/s median [min–max]", "µs per call"],
+            ["autocommit", "calls/s (1 / median call) [min–max]", "µs per call"],
             [
                 [
                     s,
@@ -271,6 +309,21 @@ def run(args: argparse.Namespace) -> list[str]:
                     ]
                     for s in ("ours plain", "ours slide")
                 ),
+                *(
+                    [
+                        f"{s} added / {s} in a savepoint added (no target)",
+                        f"{ratio(added[s], added[s + ' in a savepoint']):.2f}",
+                        "",
+                        "",
+                    ]
+                    for s in ("ours plain", "ours slide")
+                ),
+                [
+                    "ours plain added / raw INSERT added (no target)",
+                    f"{ratio(added['ours plain'], added['raw plain']):.2f}",
+                    "",
+                    "",
+                ],
             ],
         ),
     ]
