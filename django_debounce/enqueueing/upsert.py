@@ -103,7 +103,7 @@ def prepare(
             for name, field in _param_fields(names)
         )
         by_statement[names] = preparers
-    params = []
+    params: list[Any] = []
     for name, field, kind, none_is_null in preparers:
         value: Any = values[name]
         if value is None and none_is_null:
