@@ -122,8 +122,9 @@ class Job(models.Model):
     """Units of work the run reported done (``JobContext.set_progress``, decision 202); NULL: none."""
     progress_total = models.PositiveBigIntegerField(null=True, blank=True)
     """Units of work in all, when the task knew them; NULL: unknown."""
-    progress_note = models.CharField(max_length=200, blank=True, default="")
-    """The run's last note with its progress (at most 200 characters)."""
+    progress_note = models.CharField(max_length=200, blank=True, default="", db_default="")
+    """The run's last note with its progress (at most 200 characters); the column defaults to
+    ``''`` in the database too, so rows written outside the ORM need not name it."""
     progress_at = models.DateTimeField(null=True, blank=True)
     """When the progress was written; it belongs to the latest run when ``>= started_at``."""
     depends_on = models.ManyToManyField(
