@@ -81,7 +81,7 @@ def collect_status(
         ``edges`` of ``{"task_name", "edge", "debounce", "max_wait"}`` (seconds) per task
         whose ``debounce_edge`` is ``"leading"`` or ``"both"`` (decision 197), and each
         window's ``"edge"``, its run of the burst (``"leading"``, ``"trailing"`` or ``None``,
-        :func:`~django_debounce.ops.edge_runs.run_edge`);
+        ``django_debounce.ops.edge_runs.run_edge``);
         ``workers`` of ``{"worker_id", "running", "lease_expires_at"}``;
         ``schedules`` the periodic schedules this process registered
         (:func:`~django_debounce.ops.periodic.schedule_rows`: next and last tick).
