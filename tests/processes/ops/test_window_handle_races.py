@@ -30,7 +30,8 @@ KEYS = 3
 
 def test_flush_and_cancel_from_code_race_producers_and_a_worker(tmp_path):
     """Every call ends in a job that ran once or in a job the driver cancelled, counted
-    there; never two open windows for a key; a claimed job is never cancelled."""
+    there; never two open windows for a key; a claimed job is never cancelled; every
+    ``inspect()`` meanwhile returned one consistent row."""
     checker = WindowChecker()
     with processes(tmp_path, child_env()) as procs:
         worker = procs.worker("--concurrency", "2", "--poll-interval", "0.05")
@@ -126,6 +127,27 @@ def test_flush_and_cancel_from_code_race_producers_and_a_worker(tmp_path):
     # A flushed window was either run or cancelled later; never lost.
     flushed = {a["job_id"] for a in actions if a["reason"] == "flushed"}
     assert flushed <= set(jobs)
+
+    # inspect() racing the same: each state it returned is one consistent row. Its payload is
+    # the call that brought the job to the count it reported (newest payload), its times are
+    # in order, an open window was READY, a running one RUNNING and then ran, and after a
+    # cancel returned no later inspect saw that job open (the driver acts in sequence).
+    seen = [a for a in actions if a["op"] == "inspect"]
+    assert len(seen) > 20 and any(a["open"] for a in seen)
+    by_count = {(c["job_id"], c["enqueue_count"]): c for c in calls}
+    for state in seen:
+        call = by_count[(state["job_id"], state["calls"])]
+        assert state["payload"] == {"producer": call["producer"], "seq": call["seq"]}, state
+        assert state["in_order"] and state["key"] == f"race:{call['key']}", state
+        if state["open"]:
+            assert state["status"] == "READY", state
+        if state["running"]:
+            assert state["status"] == "RUNNING" and jobs[state["job_id"]].status == "SUCCESSFUL"
+    cancel_ids = {id(a) for a in done_cancels}
+    cancelled_at = {a["job_id"]: n for n, a in enumerate(actions) if id(a) in cancel_ids}
+    for n, state in enumerate(actions):
+        if state["op"] == "inspect" and state["open"] and state["job_id"] in cancelled_at:
+            assert n < cancelled_at[state["job_id"]], state
 
     # Runs of one key never overlap (§4.5).
     per_key: dict[str, list[CallLog]] = defaultdict(list)
