@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from django_debounce import debounced_task
@@ -103,3 +105,19 @@ def test_a_job_of_a_task_this_process_does_not_know_has_no_edge(clock):
     Job.objects.filter(pk=job.pk).update(task_name="adm_edge.gone")
     assert edge_runs.run_edge(Job.objects.get(pk=job.pk)) is None
     assert edge_runs.run_edge(Job.objects.get(pk=trailing.delay(3).pk)) == "trailing"
+
+
+def test_the_edge_costs_the_page_one_exists_per_row_and_the_count_none(admin_client, clock):
+    for doc in range(3):
+        both.delay(doc)
+    with CaptureQueriesContext(connection) as queries:
+        page = admin_client.get(reverse("admin:django_debounce_job_changelist"))
+    assert page.status_code == 200
+    sql = [
+        q["sql"].upper()
+        for q in queries.captured_queries
+        if "DJANGO_DEBOUNCE_JOB" in q["sql"].upper()
+    ]
+    counts = [q for q in sql if q.startswith("SELECT COUNT(*)")]
+    assert counts and not any("EXISTS" in q for q in counts)
+    assert len([q for q in sql if "EXISTS" in q]) == 1  # the page's rows, one statement
