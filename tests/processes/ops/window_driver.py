@@ -1,7 +1,7 @@
 """A process that flushes and cancels ``rel.race`` windows from code, over and over (issue #21).
 
 Run as ``python -m tests.processes.ops.window_driver --keys K --seed N --ready FILE
---go FILE --stop FILE --out FILE``: it sets Django up, connects, touches
+--go FILE --stop FILE --out FILE [--task rel.edge_both]``: it sets Django up, connects, touches
 ``--ready``, waits for ``--go``, then until ``--stop`` appears acts on the
 windows of keys ``k0``…``k{K-1}``: two flushes for every cancel, alternately
 through one key's handle (``race.window(key)``) and through all keys at once
@@ -30,6 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.add_argument(f"--{name}", type=int, required=True)
     for name in ("ready", "go", "stop", "out"):
         parser.add_argument(f"--{name}", required=True)
+    parser.add_argument("--task", default="rel.race", choices=["rel.race", "rel.edge_both"])
     options = parser.parse_args(argv)
 
     import django
@@ -37,7 +38,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     django.setup()
     from django.db import connection
 
-    from tests.testapp.tasks_reliability import race
+    from tests.testapp.tasks_reliability import edge_both
+    from tests.testapp.tasks_reliability import race as trailing
+
+    race = {"rel.race": trailing, "rel.edge_both": edge_both}[options.task]
 
     retries: list[str] = []
 
