@@ -23,6 +23,7 @@ from django.utils.translation import ngettext
 from ..flow import hold_reasons
 from ..models import DeadLetter, Job, OpenWindow
 from ..ops import edge_runs
+from ..progress import progress_of
 from .helpers import (
     QueueFilter,
     TaskNameFilter,
@@ -31,6 +32,7 @@ from .helpers import (
     job_link,
     payload_preview,
     pretty_json,
+    progress_html,
     time_column,
     time_text,
 )
@@ -60,6 +62,7 @@ class JobAdmin(WindowActionsAdmin):
         "run_at_time",
         "enqueue_count",
         "attempts",
+        "progress",
         "created_at_time",
     ]
     list_filter = ["status", QueueFilter, TaskNameFilter, ("created_at", admin.DateFieldListFilter)]
@@ -83,6 +86,7 @@ class JobAdmin(WindowActionsAdmin):
                     "queue",
                     "priority",
                     "status",
+                    "progress",
                     "why_it_ran",
                     "held_back_by",
                     "window",
@@ -185,6 +189,11 @@ class JobAdmin(WindowActionsAdmin):
             "first": time_text(job.opened_at),
             "last": time_text(job.last_enqueued_at),
         }
+
+    @admin.display(description=_("progress"))
+    def progress(self, job: Job) -> str:
+        """The latest run's progress as a ``<progress>`` bar with its text (decision 202)."""
+        return progress_html(progress_of(job))
 
     @admin.display(description=_("key"))
     def key(self, job: Job) -> str:

@@ -32,6 +32,7 @@ from ..flow.rules import live_lease
 from ..models import DeadLetter, Job, TaskState
 from . import edge_runs
 from .periodic import schedule_rows
+from .running_progress import progress_lines, progress_rows
 from .status_tasks import edge_lines, edge_rows, per_key_lines, per_key_rows
 from .text_width import cut_dotted, cut_end, cut_middle, display_width, pad
 
@@ -68,7 +69,8 @@ def collect_status(
 
     Returns:
         ``{"now", "queues", "windows", "dead_letters", "breakers", "buckets",
-        "per_key", "edges", "workers", "schedules"}``: ``queues`` is a list of ``{"queue", "ready", "due",
+        "per_key", "edges", "workers", "progress", "schedules"}``: ``queues`` is a list of
+        ``{"queue", "ready", "due",
         "running", "oldest_due_age" (seconds or None), "runs_last_minute"}``;
         ``windows`` of ``{"id", "task_name", "key", "queue", "calls" (the
         job's ``enqueue_count``), "opened_at", "deadline", "max_run_at"}``;
@@ -83,6 +85,7 @@ def collect_status(
         window's ``"edge"``, its run of the burst (``"leading"``, ``"trailing"`` or ``None``,
         ``django_debounce.ops.edge_runs.run_edge``);
         ``workers`` of ``{"worker_id", "running", "lease_expires_at"}``;
+        ``progress`` the running jobs that reported progress (``running_progress``, 202);
         ``schedules`` the periodic schedules this process registered
         (:func:`~django_debounce.ops.periodic.schedule_rows`: next and last tick).
         Datetimes are ISO 8601 strings.
@@ -125,6 +128,7 @@ def collect_status(
         **_flow_control(now, using),
         "edges": edge_rows(),
         "workers": _workers(jobs, now),
+        "progress": progress_rows(jobs),
         "schedules": schedule_rows(now=now, using=using),
     }
 
@@ -387,6 +391,8 @@ def render_status(snapshot: dict[str, Any], *, width: int = 80, height: int | No
         parts.insert(-1, (["", "rate limits per key (keys in use, waiting)"], per_key, ""))
     if edges:  # only where a task has a leading or both edge (decision 197)
         parts.insert(-1, (["", "edges other than trailing (window, max wait)"], edges, ""))
+    if progress := progress_lines(snapshot.get("progress", []), width=width):  # decision 202
+        parts.append((["", "running jobs with progress"], progress, ""))
     if schedules:  # only where periodic tasks are declared (decision 177)
         parts.append((["", "periodic schedules (next tick, last tick)"], schedules, ""))
     # An empty list's "(none …)" line belongs to its heading: never traded for "… more".
