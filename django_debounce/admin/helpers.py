@@ -53,7 +53,8 @@ class CappedCountPaginator(Paginator):  # type: ignore[type-arg]
         """Return the number of matching rows, at most :attr:`cap`."""
         rows = self.object_list
         if isinstance(rows, QuerySet):
-            counted = rows.order_by()[: self.cap + 1].count()
+            # Only ids: an annotation of the list (a job's run of its burst) is not computed.
+            counted = rows.order_by().values("pk")[: self.cap + 1].count()
         else:
             counted = len(rows)
         self.capped = counted > self.cap

@@ -22,6 +22,7 @@ from django.utils.translation import ngettext
 
 from ..flow import hold_reasons
 from ..models import DeadLetter, Job, OpenWindow
+from ..ops import edge_runs
 from ..progress import progress_of
 from .helpers import (
     QueueFilter,
@@ -56,6 +57,7 @@ class JobAdmin(WindowActionsAdmin):
         "queue",
         "status",
         "key",
+        "edge",
         "priority",
         "run_at_time",
         "enqueue_count",
@@ -88,6 +90,7 @@ class JobAdmin(WindowActionsAdmin):
                     "why_it_ran",
                     "held_back_by",
                     "window",
+                    "edge_run",
                     "debounce_key",
                     "unique_key",
                     "calls",
@@ -132,6 +135,60 @@ class JobAdmin(WindowActionsAdmin):
     def calls(self, job: Job) -> int:
         """Calls that joined the window after the one that opened it (decision 161)."""
         return job.enqueue_count - 1
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        """The jobs, each marked with its run of a burst (:func:`.edge_runs.with_run_edges`)."""
+        return edge_runs.with_run_edges(super().get_queryset(request))
+
+    @admin.display(description=_("edge"))
+    def edge(self, job: Job) -> str:
+        """The job's run of its burst, ``leading`` or ``trailing`` (decision 197); ``—`` if none."""
+        return edge_runs.run_edge(job) or "—"
+
+    @admin.display(description=_("edge"))
+    def edge_run(self, job: Job) -> str:
+        """Which run of its burst the job is and which calls it stands for (decisions 180, 197)."""
+        run = edge_runs.run_edge(job)
+        if run is None:
+            return "—"
+        setting = edge_runs.task_edge(job.task_name)
+        others = job.enqueue_count - 1
+        if run == edge_runs.LEADING:
+            if setting == "both":
+                return str(
+                    _(
+                        "leading run (debounce_edge='both'): the burst's first call, due at "
+                        "once; the burst's later calls go to its trailing run"
+                    )
+                )
+            return ngettext(
+                "leading run (debounce_edge='leading'): the burst's first call, due at once; "
+                "%(n)d later call was swallowed (last %(last)s)",
+                "leading run (debounce_edge='leading'): the burst's first call, due at once; "
+                "%(n)d later calls were swallowed (last %(last)s)",
+                others,
+            ) % {"n": others, "last": time_text(job.last_enqueued_at)}
+        if setting == "both":
+            return ngettext(
+                "trailing run (debounce_edge='both'): %(n)d call after the burst's leading run "
+                "collapsed into it (%(first)s to %(last)s)",
+                "trailing run (debounce_edge='both'): %(n)d calls after the burst's leading run "
+                "collapsed into it (%(first)s to %(last)s)",
+                job.enqueue_count,
+            ) % {
+                "n": job.enqueue_count,
+                "first": time_text(job.created_at),
+                "last": time_text(job.last_enqueued_at),
+            }
+        return ngettext(
+            "trailing run: %(n)d call collapsed into it (%(first)s to %(last)s)",
+            "trailing run: %(n)d calls collapsed into it (%(first)s to %(last)s)",
+            job.enqueue_count,
+        ) % {
+            "n": job.enqueue_count,
+            "first": time_text(job.opened_at),
+            "last": time_text(job.last_enqueued_at),
+        }
 
     @admin.display(description=_("progress"))
     def progress(self, job: Job) -> str:
@@ -298,6 +355,7 @@ class OpenWindowAdmin(JobAdmin):
         "job",
         "task",
         "debounce_key",
+        "edge",
         "opened_at_time",
         "deadline",
         "ceiling",
@@ -317,7 +375,7 @@ class OpenWindowAdmin(JobAdmin):
         js = ["django_debounce/countdown.js"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
-        return OpenWindow.objects.open_windows()
+        return edge_runs.with_run_edges(OpenWindow.objects.open_windows())
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Any], search_term: str

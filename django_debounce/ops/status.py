@@ -28,11 +28,12 @@ from django.utils import timezone
 from .. import registry
 from ..flow import redis_buckets
 from ..flow.hold_reasons import flow_view
-from ..flow.key_rates import key_counts
 from ..flow.rules import live_lease
 from ..models import DeadLetter, Job, TaskState
+from . import edge_runs
 from .periodic import schedule_rows
 from .running_progress import progress_lines, progress_rows
+from .status_tasks import edge_lines, edge_rows, per_key_lines, per_key_rows
 from .text_width import cut_dotted, cut_end, cut_middle, display_width, pad
 
 #: Open windows listed, busiest (most calls) first.
@@ -68,7 +69,8 @@ def collect_status(
 
     Returns:
         ``{"now", "queues", "windows", "dead_letters", "breakers", "buckets",
-        "workers", "progress", "schedules"}``: ``queues`` is a list of ``{"queue", "ready", "due",
+        "per_key", "edges", "workers", "progress", "schedules"}``: ``queues`` is a list of
+        ``{"queue", "ready", "due",
         "running", "oldest_due_age" (seconds or None), "runs_last_minute"}``;
         ``windows`` of ``{"id", "task_name", "key", "queue", "calls" (the
         job's ``enqueue_count``), "opened_at", "deadline", "max_run_at"}``;
@@ -78,6 +80,10 @@ def collect_status(
         "tokens", "capacity", "next_token_at"}`` holding less than one token;
         ``per_key`` of ``{"task_name", "rate_limit_per_key", "on_excess", "keys_in_use",
         "keys_waiting"}`` per task with a rate limit per key (counts, never keys; decision 189);
+        ``edges`` of ``{"task_name", "edge", "debounce", "max_wait"}`` (seconds) per task
+        whose ``debounce_edge`` is ``"leading"`` or ``"both"`` (decision 197), and each
+        window's ``"edge"``, its run of the burst (``"leading"``, ``"trailing"`` or ``None``,
+        ``django_debounce.ops.edge_runs.run_edge``);
         ``workers`` of ``{"worker_id", "running", "lease_expires_at"}``;
         ``progress`` the running jobs that reported progress (``running_progress``, 202);
         ``schedules`` the periodic schedules this process registered
@@ -120,6 +126,7 @@ def collect_status(
         "windows": _windows(jobs, top),
         "dead_letters": _dead_letters(now, using),
         **_flow_control(now, using),
+        "edges": edge_rows(),
         "workers": _workers(jobs, now),
         "progress": progress_rows(jobs),
         "schedules": schedule_rows(now=now, using=using),
@@ -127,7 +134,10 @@ def collect_status(
 
 
 def _windows(jobs: Any, top: int) -> list[dict[str, Any]]:
-    windows = jobs.open_windows().order_by("-enqueue_count", "run_at", "id")[:top]
+    windows = edge_runs.with_run_edges(jobs.open_windows()).order_by(
+        "-enqueue_count", "run_at", "id"
+    )
+    windows = windows[:top]
     return [
         {
             "id": job.pk,
@@ -138,6 +148,7 @@ def _windows(jobs: Any, top: int) -> list[dict[str, Any]]:
             "opened_at": _iso(job.opened_at),
             "deadline": _iso(job.run_at),
             "max_run_at": _iso(job.max_run_at),
+            "edge": edge_runs.run_edge(job),
         }
         for job in windows.only(
             "task_name",
@@ -147,6 +158,7 @@ def _windows(jobs: Any, top: int) -> list[dict[str, Any]]:
             "opened_at",
             "run_at",
             "max_run_at",
+            "key_hash",
         )
     ]
 
@@ -207,19 +219,7 @@ def _flow_control(now: datetime, using: str) -> dict[str, list[dict[str, Any]]]:
                     "next_token_at": _iso(view.next_token_at),
                 }
             )
-    keyed = {name: t for name, t in registry.all_tasks().items() if t.options.rate_limit_per_key}
-    counts = key_counts(now, using=using, names=sorted(keyed)) if keyed else {}
-    per_key = [
-        {
-            "task_name": name,
-            "rate_limit_per_key": task.options.rate_limit_per_key,
-            "on_excess": task.options.on_excess,
-            "keys_in_use": counts.get(name, (0, 0))[0],
-            "keys_waiting": counts.get(name, (0, 0))[1],
-        }
-        for name, task in sorted(keyed.items())
-    ][:MAX_STATES]
-    return {"breakers": breakers, "buckets": buckets, "per_key": per_key}
+    return {"breakers": breakers, "buckets": buckets, "per_key": per_key_rows(now, using)}
 
 
 def _workers(jobs: Any, now: datetime) -> list[dict[str, Any]]:
@@ -331,9 +331,10 @@ def render_status(snapshot: dict[str, Any], *, width: int = 80, height: int | No
         task = cut_dotted(w["task_name"], task_w).rsplit(".", 1)[-1]
         label = f"{task} {cut_middle(w['key'] or '', key_w - display_width(task) - 1)}"
         forced = " max" if w["deadline"] == w["max_run_at"] else ""
+        lead = " lead" if w.get("edge") == edge_runs.LEADING else ""
         windows.append(
             f"  #{w['id']:<9} {pad(label, key_w)} {w['calls']:>7,}"
-            f" {_until(w['deadline'], now):>11}{forced}"
+            f" {_until(w['deadline'], now):>11}{forced}{lead}"
         )
     letters = snapshot["dead_letters"]
     kinds = sorted(letters["last_day"])
@@ -353,11 +354,8 @@ def render_status(snapshot: dict[str, Any], *, width: int = 80, height: int | No
         f" {b['tokens']:>5.2f}/{b['capacity']:<4} next {_until(b['next_token_at'], now)}"
         for b in snapshot["buckets"]
     ]
-    per_key = [
-        f"  {pad(cut_dotted(b['task_name'], task_col), task_col)}"
-        f" {b['rate_limit_per_key']:>8} {b['keys_in_use']:>6} in use {b['keys_waiting']:>6} waiting"
-        for b in snapshot.get("per_key", ())
-    ]
+    per_key = per_key_lines(snapshot.get("per_key", []), task_col)
+    edges = edge_lines(snapshot.get("edges", []), task_col)
     worker_w = width - 23 - LEASE_W  # "  ", " 1234 running, lease ", the lease
     workers = [
         f"  {pad(cut_middle(w['worker_id'], worker_w), worker_w)} {w['running']:>4}"
@@ -391,6 +389,8 @@ def render_status(snapshot: dict[str, Any], *, width: int = 80, height: int | No
     ]
     if per_key:  # only where a task has rate_limit_per_key (decision 189)
         parts.insert(-1, (["", "rate limits per key (keys in use, waiting)"], per_key, ""))
+    if edges:  # only where a task has a leading or both edge (decision 197)
+        parts.insert(-1, (["", "edges other than trailing (window, max wait)"], edges, ""))
     if progress := progress_lines(snapshot.get("progress", []), width=width):  # decision 202
         parts.append((["", "running jobs with progress"], progress, ""))
     if schedules:  # only where periodic tasks are declared (decision 177)

@@ -17,6 +17,9 @@ cancelled one (§4.4), and a job a worker claimed (even a microsecond before) is
 never changed (§4.5) but reported (``reason="claimed"``). Every operation runs
 in ``transaction.atomic`` (a savepoint inside the caller's transaction), so it
 commits or rolls back with the caller's work (§4.6).
+
+No async twin (the package has no async API, decision 199): async code awaits
+``sync_to_async(task.window(7).flush)()`` (docs/howto/windows-from-code.md).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from datetime import datetime
 
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import DateTimeField, Value
-from django.db.models.functions import Least
+from django.db.models.functions import Greatest, Least
 from django.utils import timezone
 
 from .. import lifecycle
@@ -120,7 +120,7 @@ def run_now(
     only_open_windows: bool = False,
     using: str = DEFAULT_DB_ALIAS,
 ) -> WindowActionResult:
-    """Make the given READY jobs due now: ``run_at = min(run_at, now)``.
+    """Make the given READY jobs due now: ``run_at = min(run_at, max(now, last call))``.
 
     An open window stays open (§4.1: open until first claimed, also while
     due), so a call arriving before a worker claims it still joins it; its
@@ -133,7 +133,9 @@ def run_now(
     Args:
         job_ids: primary keys (ints) of ``Job`` rows, any order, duplicates ignored.
         now: the new deadline, an aware datetime; default ``timezone.now()``
-            (the package's one clock, §4.7).
+            (the package's one clock, §4.7). A job whose last call
+            (``last_enqueued_at``) is later, a call this one waited for, is
+            due at that call instead (decision 200).
         only_open_windows: act only on jobs that are still open windows
             (refuse other READY jobs, reported in ``not_window``).
         using: database alias.
@@ -151,9 +153,10 @@ def run_now(
     with transaction.atomic(using=using):
         done = _lock_ready(ids, using, only_open_windows)
         if done:
-            Job.objects.using(using).ready().filter(pk__in=done).update(
-                run_at=Least("run_at", Value(now, output_field=DateTimeField()))
-            )
+            # A flush that waited for a call's lock comes after that call: never due before
+            # the last call it found, so a deadline is never earlier than its window (200).
+            at = Greatest(Value(now, output_field=DateTimeField()), "last_enqueued_at")
+            Job.objects.using(using).ready().filter(pk__in=done).update(run_at=Least("run_at", at))
         result = _result(ids, done, using)
     if done:
         logger.info(

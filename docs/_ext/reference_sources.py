@@ -71,6 +71,7 @@ PUBLIC_MODULES: dict[str, tuple[str, ...] | None] = {
     "django_debounce.settings_schedules": None,
     "django_debounce.backends": None,
     "django_debounce.contrib.django_tasks.backend": None,
+    "django_debounce.contrib.django_tasks.windows": None,
     "django_debounce.contrib.celery.executor": None,
     "django_debounce.contrib.celery.metrics": None,
     "django_debounce.contrib.prometheus.metrics": None,

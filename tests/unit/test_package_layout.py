@@ -164,8 +164,9 @@ ALLOWED = {
     "ops": {"enqueueing", "flow", *KERNEL},
     "worker": {"claim", "run", "ops", "flow", *KERNEL},
     "contrib.celery": {"claim", "run", "ops", "flow", "worker", "enqueueing", *KERNEL},
-    "contrib.django_tasks": {"enqueueing", "run", "flow", *KERNEL},
-    "contrib.prometheus": {"run", "flow", *KERNEL},
+    # ops: a Django task's window handle, and a run's edge for the counter (decisions 197, 198).
+    "contrib.django_tasks": {"enqueueing", "run", "flow", "ops", *KERNEL},
+    "contrib.prometheus": {"run", "flow", "ops", *KERNEL},
 }
 #: Imports across the table on purpose, each lazy (inside a function) and said why.
 CROSSINGS = {

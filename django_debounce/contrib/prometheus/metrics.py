@@ -9,7 +9,7 @@ connects the receivers (:func:`install`) when prometheus_client imports and
 
 Counters and histograms, each labelled ``queue`` and ``task_name`` (never a
 key or a job id); where a metric counts a closed vocabulary one more label
-names the value (``status``, ``kind``; decision 105):
+names the value (``status``, ``kind``, ``edge``; decisions 105, 197):
 
 ============================================== ===================================================
 ``django_debounce_created_total``              calls that opened a new job (``outcome="created"``)
@@ -17,6 +17,7 @@ names the value (``status``, ``kind``; decision 105):
 ``django_debounce_coalesced_total``            calls that returned a pending job by its unique key
 ``django_debounce_runs_started_total``         attempts started (``job_started``)
 ``django_debounce_forced_runs_total``          first runs of windows forced by the max wait
+``django_debounce_edge_runs_total``            first runs of windows by ``edge`` (leading, trailing)
 ``django_debounce_debounce_delay_seconds``     window opened → run started, first attempt (§9)
 ``django_debounce_jobs_finished_total``        jobs ended, by ``status`` (SUCCESSFUL, FAILED, SHED)
 ``django_debounce_attempt_duration_seconds``   one attempt, started → outcome recorded
@@ -54,6 +55,7 @@ from ... import signals
 from ...conf import settings
 from ...dead_letter_kinds import DeadLetterKind
 from ...models import DeadLetter, Job
+from ...ops import edge_runs
 from .collector import DatabaseCollector
 
 LABELS = ("queue", "task_name")
@@ -68,6 +70,7 @@ class Metrics:
     coalesced: Counter
     started: Counter
     forced: Counter
+    edge_runs: Counter
     delay: Histogram
     finished: Counter
     duration: Histogram
@@ -112,6 +115,11 @@ def get_metrics() -> Metrics:
                 "django_debounce_forced_runs",
                 "First runs of debounce windows that the max wait forced (calls kept coming).",
                 labels,
+            ),
+            edge_runs=Counter(
+                "django_debounce_edge_runs",
+                "First runs of debounce windows, by their run of the burst (leading, trailing).",
+                [*labels, "edge"],
             ),
             delay=Histogram(
                 "django_debounce_debounce_delay_seconds",
@@ -161,7 +169,8 @@ def on_enqueued(sender: Any, job: Job, outcome: str, **kwargs: Any) -> None:
 
 
 def on_started(sender: Any, job: Job, **kwargs: Any) -> None:
-    """Count an attempt; for a window's first run, its delay and whether the max wait forced it."""
+    """Count an attempt; for a window's first run, its delay, whether the max wait forced
+    it and which run of its burst it is (one query for a leading or both task)."""
     if not _on():
         return
     metrics = get_metrics()
@@ -173,6 +182,9 @@ def on_started(sender: Any, job: Job, **kwargs: Any) -> None:
     metrics.delay.labels(*labels).observe(max(0.0, (started - job.opened_at).total_seconds()))
     if job.run_reason == "max_wait":
         metrics.forced.labels(*labels).inc()
+    edge = edge_runs.run_edge(job)
+    if edge is not None:  # leading or trailing: two values (decision 197)
+        metrics.edge_runs.labels(*labels, edge).inc()
 
 
 def on_finished(sender: Any, job: Job, status: str, **kwargs: Any) -> None:

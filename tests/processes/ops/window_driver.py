@@ -1,11 +1,12 @@
 """A process that flushes and cancels ``rel.race`` windows from code, over and over (issue #21).
 
 Run as ``python -m tests.processes.ops.window_driver --keys K --seed N --ready FILE
---go FILE --stop FILE --out FILE``: it sets Django up, connects, touches
+--go FILE --stop FILE --out FILE [--task rel.edge_both]``: it sets Django up, connects, touches
 ``--ready``, waits for ``--go``, then until ``--stop`` appears acts on the
 windows of keys ``k0``…``k{K-1}``: two flushes for every cancel, alternately
 through one key's handle (``race.window(key)``) and through all keys at once
-(``race.windows([...])``), a few milliseconds apart. It writes every result,
+(``race.windows([...])``), a few milliseconds apart, each followed by an
+``inspect()`` of one key (or all keys, in bulk). It writes every result,
 any error, and every retry after lock contention (logged ``window_retry``) to
 ``--out`` as JSON.
 """
@@ -29,6 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.add_argument(f"--{name}", type=int, required=True)
     for name in ("ready", "go", "stop", "out"):
         parser.add_argument(f"--{name}", required=True)
+    parser.add_argument("--task", default="rel.race", choices=["rel.race", "rel.edge_both"])
     options = parser.parse_args(argv)
 
     import django
@@ -36,7 +38,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     django.setup()
     from django.db import connection
 
-    from tests.testapp.tasks_reliability import race
+    from tests.testapp.tasks_reliability import edge_both
+    from tests.testapp.tasks_reliability import race as trailing
+
+    race = {"rel.race": trailing, "rel.edge_both": edge_both}[options.task]
 
     retries: list[str] = []
 
@@ -87,6 +92,34 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "calls": state.calls if state else None,
                     "status": state.status if state else None,
                     "dependents": list(result.cancelled_dependents),
+                }
+            )
+        try:  # and read one key's window (or all keys') while producers and the worker act
+            inspected = (
+                race.windows([(key,) for key in keys]).inspect()
+                if bulk
+                else [race.window(rng.choice(keys)).inspect()]
+            )
+        except Exception as exc:
+            errors.append(f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}")
+            inspected = []
+        for state in inspected:
+            if state is None:
+                continue
+            actions.append(
+                {
+                    "op": "inspect",
+                    "bulk": bulk,
+                    "done": True,
+                    "reason": "inspected",
+                    "job_id": state.job_id,
+                    "calls": state.calls,
+                    "status": state.status,
+                    "open": state.open,
+                    "running": state.running,
+                    "payload": state.kwargs,
+                    "key": state.key,
+                    "in_order": state.ceiling is not None and state.deadline <= state.ceiling,
                 }
             )
         time.sleep(rng.uniform(0.005, 0.04))
