@@ -17,7 +17,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 import random
-import sys
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -39,7 +38,7 @@ from hypothesis.stateful import (
 
 from django_debounce.claim import gated as gated_claim
 from django_debounce.enqueueing.bulk import enqueue_many
-from django_debounce.models import DeadLetter, Job, QueueState, TaskState
+from django_debounce.models import DeadLetter, Job, KeyBucket, QueueState, TaskState
 from django_debounce.ops import retention
 from django_debounce.run import leases
 from django_debounce.run.execution import run_job
@@ -50,6 +49,7 @@ from .harness import (
     ODD,
     RUNS,
     SPECS,
+    Env,
     LogicalWorker,
     db_jobs,
     db_letters,
@@ -63,6 +63,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 EXAMPLES = int(os.environ.get("DEBOUNCE_SM_EXAMPLES", "50"))
 STEPS = int(os.environ.get("DEBOUNCE_SM_STEPS", "60"))
 NAMES = sorted(SPECS)
+#: The tasks limited per key: a rule of their own calls them often enough for keys to run out.
+KEYED = sorted(name for name, spec in SPECS.items() if spec.key_rate is not None)
 KEYS = ["k1", "k2", "k3"]
 #: Clock moves: small ones inside a window, large ones past windows, ceilings and expiries.
 STEP_SIZES = [0.5, 1.0, 3.0, 7.0, 12.0, 31.0, 45.0]
@@ -75,36 +77,12 @@ class _RollbackError(Exception):
     """Raised inside ``transaction.atomic()`` to roll the calls back."""
 
 
-class Env:
-    """What the machine needs from the test: the clock mover and the registered tasks."""
-
-    clock: Callable[..., dt.datetime]
-    tasks: dict[str, Any]
-    steps = 0
-    examples = 0
-    #: What happened, summed over the run (printed at the end: the machine did reach these).
-    seen: Counter[str] = Counter()
-    #: ``(example, step, message)`` of the first violation (before Hypothesis shrinks it).
-    first: tuple[int, int, str] | None = None
-
-    @classmethod
-    def note_violation(cls, message: str) -> None:
-        if cls.first is None:
-            cls.first = (cls.examples, cls.steps, message)
-            # Straight to the terminal: shrinking may outlast the test's timeout.
-            print(
-                f"\nfirst violation: example {cls.examples}, step {cls.steps}: {message}",
-                file=sys.__stderr__,
-                flush=True,
-            )
-
-
 class JobMachine(RuleBasedStateMachine):
     """The package driven by Hypothesis, checked against :class:`~.model.Model` after each step."""
 
     @initialize()
     def start(self) -> None:
-        for model in (Job, DeadLetter, TaskState, QueueState):
+        for model in (Job, DeadLetter, TaskState, QueueState, KeyBucket):
             model.objects.all().delete()
         RUNS.clear()
         FAIL.clear()
@@ -114,7 +92,7 @@ class JobMachine(RuleBasedStateMachine):
         Env.examples += 1
         self.model = Model(dict(SPECS), lease=LEASE.total_seconds())
         self.workers = [LogicalWorker("a", 1), LogicalWorker("b", 2)]
-        self.drainer = LogicalWorker("drain", 8)
+        self.drainer = LogicalWorker("drain", 8, batched=True)
         self.calls = 0
         #: Runs of killed workers, still going in a process cut off from the database (a
         #: partition, not a kill): their late outcomes must be discarded (§11).
@@ -162,6 +140,10 @@ class JobMachine(RuleBasedStateMachine):
             w.worker_id, [job.pk for job in jobs], expired, shed, self.now, start_now
         )
         Env.seen.update(claimed=len(jobs), expired_at_claim=len(expired), shed=len(shed))
+        Env.seen.update(f"shed_{self.model.jobs[pk].task}" for pk in shed)
+        Env.seen.update(
+            key_rated_claimed=sum(1 for job in jobs if SPECS[job.task_name].key_rate is not None)
+        )
         Env.seen.update(claimed_ahead=max(0, len(jobs) - start_now))
         for job in jobs:  # what the claim returned is what runs (§4.5, decision 146)
             want = self.model.jobs[job.pk].payload
@@ -188,7 +170,8 @@ class JobMachine(RuleBasedStateMachine):
             FAIL.add(job.pk)
         elif odd:  # an odd result is a success like any other, stored as its repr
             ODD.add(job.pk)
-        run_job(job, worker_id=w.worker_id, using="default", retry_for=LEASE, successes=None)
+        batch = w.worker._successes if w.batched else None
+        run_job(job, worker_id=w.worker_id, using="default", retry_for=LEASE, successes=batch)
         mjob = self.model.jobs[job.pk]
         ran = RUNS[-1]
         if ran != (job.pk, mjob.attempts, mjob.payload):
@@ -197,13 +180,33 @@ class JobMachine(RuleBasedStateMachine):
             )
         self.model.finish(job.pk, ok, self.now)
         Env.seen["succeeded" if ok else "failed"] += 1
-        self._pump(w)
+        if not w.batched:
+            self._pump(w)
 
     # -- rules -------------------------------------------------------------------------------
     @rule(task=st.sampled_from(NAMES), key=st.sampled_from(KEYS))
     def enqueue(self, task: str, key: str) -> None:
         args = self._call(task, key)
         self._apply(task, key, args, Env.tasks[task].apply_async(args=args))
+
+    @rule(
+        task=st.sampled_from(KEYED),
+        calls=st.lists(
+            st.tuples(st.sampled_from(KEYS[:2]), st.sampled_from(STEP_SIZES[:4])),
+            min_size=1,
+            max_size=4,
+        ),
+    )
+    def key_burst(self, task: str, calls: list[tuple[str, float]]) -> None:
+        """Calls of a task limited per key (decision 189), each followed by a wait, a claim by
+        worker ``b`` and its runs' ends: a key soon runs out of tokens while the other has some."""
+        w = self.workers[1]
+        for key, wait in calls:
+            self.enqueue(task, key)
+            self._advance(wait)
+            self._claim(w, 2)
+            while w.running:
+                self._finish(w, 0, True)
 
     @rule(
         calls=st.lists(
@@ -333,12 +336,24 @@ class JobMachine(RuleBasedStateMachine):
             jobs = self._claim(w, 8)
             while w.running:
                 self._finish(w, 0, True)
+            pending = len(w.worker._successes)
+            written = w.worker._successes.flush()  # one UPDATE for the round's successes
+            if written != pending:
+                raise ViolationError(
+                    f"drain at {self.now}: {written} of {pending} successes written"
+                )
+            Env.seen["batched_successes"] += written
             changed = any(
                 self.model.jobs[pk].status != s for pk, s in before.items() if pk in self.model.jobs
             )
             if not jobs and not changed:
                 break
         check_drained(self.model, self.now)
+        Env.seen["left_waiting_for_a_key_token"] += sum(
+            1
+            for job in self.model.jobs.values()
+            if job.status == READY and job.run_at <= self.now and SPECS[job.task].key_rate
+        )
 
     @precondition(
         lambda self: connection.vendor in ("postgresql", "mysql") and bool(self._raceable())
