@@ -42,6 +42,7 @@ from django_debounce.models import DeadLetter, Job, KeyBucket, QueueState, TaskS
 from django_debounce.ops import retention
 from django_debounce.run import leases
 from django_debounce.run.execution import run_job
+from tests.redis_support import cache_url, delete_test_keys, key_prefix, require_redis
 
 from .harness import (
     FAIL,
@@ -62,6 +63,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 EXAMPLES = int(os.environ.get("DEBOUNCE_SM_EXAMPLES", "50"))
 STEPS = int(os.environ.get("DEBOUNCE_SM_STEPS", "60"))
+#: ``DEBOUNCE_SM_REDIS=1``: the rate-limit buckets (task-wide and per key) in Redis.
+REDIS = os.environ.get("DEBOUNCE_SM_REDIS") == "1"
 NAMES = sorted(SPECS)
 #: The tasks limited per key: a rule of their own calls them often enough for keys to run out.
 KEYED = sorted(name for name, spec in SPECS.items() if spec.key_rate is not None)
@@ -84,6 +87,8 @@ class JobMachine(RuleBasedStateMachine):
     def start(self) -> None:
         for model in (Job, DeadLetter, TaskState, QueueState, KeyBucket):
             model.objects.all().delete()
+        if REDIS:  # the buckets of the last example
+            delete_test_keys(cache_url(), key_prefix())
         RUNS.clear()
         FAIL.clear()
         ODD.clear()
@@ -416,6 +421,9 @@ class JobMachine(RuleBasedStateMachine):
 def test_job_state_machine(clock: Callable[..., dt.datetime], settings: Any) -> None:
     """Run the machine under the CI budget (or ``DEBOUNCE_SM_*``); print the seed to replay it."""
     settings.DEBOUNCE_BACKOFF_JITTER = False
+    if REDIS:
+        require_redis()
+        settings.DEBOUNCE_REDIS = "redis"
     seed = int(os.environ.get("DEBOUNCE_SM_SEED") or random.randrange(2**32))
     Env.clock, Env.steps, Env.examples, Env.seen, Env.first = clock, 0, 0, Counter(), None
     ViolationError.on_raise = Env.note_violation
@@ -435,7 +443,8 @@ def test_job_state_machine(clock: Callable[..., dt.datetime], settings: Any) -> 
             run_state_machine_as_test(hypothesis.seed(seed)(JobMachine), settings=budget)
         finally:
             print(
-                f"job state machine on {connection.vendor}: {Env.examples} example(s), "
+                f"job state machine on {connection.vendor}{' with Redis' if REDIS else ''}: "
+                f"{Env.examples} example(s), "
                 f"{Env.steps} step(s); replay with DEBOUNCE_SM_SEED={seed}; "
                 f"seen: {dict(sorted(Env.seen.items()))}"
             )
