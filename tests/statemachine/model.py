@@ -11,7 +11,7 @@ against the rules that must hold when a job is claimed and when it starts
 (:meth:`Model.check_claim`, :meth:`Model.hand_over`).
 
 What it does not model: CoDel, circuit breakers, dependencies, priorities
-(every job has priority 0) and Redis buckets; see README.md.
+(every job has priority 0) and a Redis outage; see README.md.
 """
 
 from __future__ import annotations
