@@ -271,18 +271,19 @@ class KeyRows:
         return "shed" if hold.code == "shed" else "hold"
 
     def _judge_redis(self, gate: Gate, pair: Pair, plan: bool) -> str | None:
+        """The take decides (a level read earlier may be stale: a claim may have given tokens back)."""
         assert self.redis is not None and gate.key_bucket is not None
         if pair in self.redis.failed or pair not in self.redis.levels:
             return "hold"  # Redis failed in this claim: held, never shed
-        tokens, at = self.redis.levels[pair].tokens, self.redis.levels[pair].tokens_at
-        view = KeyBucket(tokens=tokens, tokens_at=at) if tokens is not None and at else None
-        hold = key_hold(gate, view, self.now)
-        if hold is None and not plan:
-            took = self.redis.take(pair, gate.key_bucket, self.now)
-            hold = None if took == "admit" else Hold("shed" if took == "refused" else "", "")
-        if hold is None:
+        if plan:  # a plan takes nothing: judged by the level read
+            tokens, at = self.redis.levels[pair].tokens, self.redis.levels[pair].tokens_at
+            view = KeyBucket(tokens=tokens, tokens_at=at) if tokens is not None and at else None
+            hold = key_hold(gate, view, self.now)
+            return None if hold is None else "shed" if hold.code == "shed" else "hold"
+        took = self.redis.take(pair, gate.key_bucket, self.now)
+        if took == "admit":
             return None
-        return "shed" if hold.code == "shed" and gate.drop else "hold"
+        return "shed" if took == "refused" and gate.drop else "hold"
 
     def give_back(self, gate: Gate, job: Job) -> None:
         """Give back the Redis token :meth:`judge` took for ``job`` (a later rule refused it)."""

@@ -146,6 +146,23 @@ def test_tokens_another_process_took_are_respected(store, clock, keyed):
     assert Job.objects.get(debounce_key="acme").status == SHED
 
 
+def test_the_take_decides_not_a_stale_level(store, clock, keyed, monkeypatch):
+    """A level read before another claim gave a token back says empty: the take still admits."""
+    created = keyed["drop"]
+    clock(seconds=0)
+    created.delay("acme", 0)
+    clock(seconds=1)
+
+    def stale(self: Any, buckets: Any) -> dict[str, Level]:
+        return {name: Level(0.0, T + S) for name in buckets}
+
+    monkeypatch.setattr(RedisKeyBuckets, "levels", stale)
+    assert claim_and_finish() == [("acme", 0)]  # not shed: Redis held 3 tokens
+    monkeypatch.undo()
+    assert level(store, "rk.drop", "acme") == Level(2.0, T + S)
+    assert DeadLetter.objects.count() == 0
+
+
 def test_a_later_refusal_gives_the_key_token_back(store, clock):
     """The task's own Redis bucket refuses after the key's token was taken: it goes back."""
     created = task(
