@@ -236,6 +236,18 @@ def test_hold_reasons_read_the_key_level_in_redis(store, clock, keyed):
     assert (hold.until - T).total_seconds() == pytest.approx(21, abs=1e-5)
 
 
+def test_status_counts_the_keys_that_ran_dry_never_a_key(store, clock, keyed):
+    """Under Redis, *in use* counts the keys with a row: those that ran out of tokens (194)."""
+    from django_debounce.ops.status import collect_status
+
+    created = keyed["defer"]
+    for n in range(3):
+        call_then_claim(clock, created, n, n)  # acme and bolt take all 3 tokens
+    call_then_claim(clock, created, 3, 0, keys=("cara",))  # cara keeps 2
+    (row,) = [r for r in collect_status()["per_key"] if r["task_name"] == "rk.defer"]
+    assert (row["keys_in_use"], row["keys_waiting"]) == (2, 2)
+
+
 def _point_at(settings: Any, url: str) -> None:
     caches = {alias: dict(config) for alias, config in settings.CACHES.items()}
     caches["redis"]["LOCATION"] = url
