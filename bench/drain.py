@@ -4,6 +4,7 @@
     python3 dev.py bench drain                      # 10,000 jobs, 3 rounds
     python3 dev.py bench drain -- --smoke           # 300 jobs, 1 round: the scripts still run
     python3 dev.py bench drain -- --prefetch 0 20 100
+    python3 dev.py bench drain -- --sleep-ms 10 --jobs 1000   # I/O-bound jobs: threads must scale
 
 Scenarios (each a row): one worker process at concurrency 1 (ours: ``run_debounce_worker
 --burst``, inline; Celery: the ``solo`` pool), one process at concurrency 4 (ours:
@@ -11,7 +12,9 @@ threads; Celery: ``--celery-pool``, prefork by default), and two processes at
 concurrency 1 each. Every job bumps one Redis counter (``bench.peersapp.counter``), the
 same for both sides; the time is from starting the worker process(es) to the last job
 ("whole") and from the first job to the last ("steady"). Our side is run once per
-``--prefetch`` value (``DEBOUNCE_PREFETCH``; the default's row says ``default``); the
+``--prefetch`` value (``DEBOUNCE_PREFETCH``; the default's row says ``default``);
+``--sleep-ms N`` makes every job sleep N ms before it counts, on both sides (an I/O-bound
+job: issue #23 item 4's threads that add throughput); the
 ratio column is ours / Celery of the same round (median over ``--rounds``; the side that
 goes first alternates). ``--json FILE`` writes every raw figure. PostgreSQL and Redis on
 loopback, as ``bench/peers.py`` (whose helpers this reuses).
@@ -193,6 +196,9 @@ def main() -> None:
         help="our DEBOUNCE_PREFETCH values to race (default: the setting's default)",
     )
     parser.add_argument("--smoke", action="store_true", help="300 jobs, 1 round (CI)")
+    parser.add_argument(
+        "--sleep-ms", type=float, default=0.0, help="each job sleeps this long (both sides)"
+    )
     parser.add_argument("--celery-pool", choices=["prefork", "threads"], default="prefork")
     parser.add_argument("--conn-max-age", default=None, help="our CONN_MAX_AGE (as peers.py)")
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/9", help="flushed; never 0")
@@ -206,6 +212,9 @@ def main() -> None:
         sys.exit("--redis must name a database other than 0 (it is flushed)")
     os.environ["DEBOUNCE_PEERS_REDIS"] = args.redis
     os.environ["DEBOUNCE_PEERS_JOBS"] = str(args.jobs)
+    if args.sleep_ms < 0:
+        sys.exit("--sleep-ms must be at least 0")
+    os.environ["DEBOUNCE_PEERS_SLEEP_MS"] = str(args.sleep_ms)  # the workers inherit it
     setup(args)
     try:
         rows, raw = run(args)
@@ -214,7 +223,9 @@ def main() -> None:
         redis_client(args.redis).flushdb()
     print()
     print(
-        f"drain: {args.jobs:,} due no-op jobs per run, {args.rounds} round(s); jobs/s median "
+        f"drain: {args.jobs:,} due "
+        + (f"{args.sleep_ms:g} ms sleeping" if args.sleep_ms else "no-op")
+        + f" jobs per run, {args.rounds} round(s); jobs/s median "
         "[min–max]; ratio = ours / Celery on Redis of the same round (median)"
     )
     print()

@@ -82,6 +82,14 @@ def scenarios() -> list[Scenario]:
             redis=11,
         ),
         Scenario(
+            "drain_sleep",
+            "drain.py",
+            lambda a: ["--rounds", str(a.rounds), "--sleep-ms", "10", "--jobs", "1000"],
+            ["--smoke", "--sleep-ms", "10"],
+            "drain 1,000 jobs that sleep 10 ms: do threads add throughput? (+ Celery)",
+            redis=12,
+        ),
+        Scenario(
             "raw_drain",
             "raw_drain.py",
             lambda a: ["--rounds", str(a.rounds)],
@@ -282,6 +290,19 @@ def read_drain(f: Figures, data: Any) -> None:
         f.add("drain", f"ours, {label}, steady", [s for _w, s in ours], "jobs/s")
 
 
+def read_drain_sleep(f: Figures, data: Any) -> None:
+    for label, sides in data["figures"].items():
+        ours = next((v for k, v in sides.items() if k.startswith("ours")), [])
+        f.add("drain", f"ours, 10 ms jobs, {label}", [w for w, _s in ours], "jobs/s")
+        f.add("drain", f"ours, 10 ms jobs, {label}, steady", [s for _w, s in ours], "jobs/s")
+        f.add(
+            "drain",
+            f"Celery (drain.py), 10 ms jobs, {label}",
+            [w for w, _s in sides["celery"]],
+            "jobs/s",
+        )
+
+
 def read_raw_drain(f: Figures, data: Any) -> None:
     for batch, rates in data["results"].items():
         what = "2 commits per job" if batch == "1" else f"{batch} per claim and finish"
@@ -356,6 +377,7 @@ def read_peers(f: Figures, data: Any) -> None:
 READERS: dict[str, Callable[[Figures, Any], None]] = {
     "enqueue": read_enqueue,
     "drain": read_drain,
+    "drain_sleep": read_drain_sleep,
     "raw_drain": read_raw_drain,
     "latency": read_latency,
     "claim": read_claim,
@@ -398,6 +420,18 @@ def targets(f: Figures) -> list[list[str]]:
         (
             "drain C=4 / Celery solo (drain.py, same run)",
             ratio(m(f"ours, {c4}"), m(f"Celery (drain.py), {c1}")),
+            ">=",
+            3,
+        ),
+        (
+            "drain C=4 / C=1, no-op jobs (one process)",
+            ratio(m(f"ours, {c4}"), m(f"ours, {c1}")),
+            ">=",
+            1,
+        ),
+        (
+            "drain C=4 / C=1, 10 ms sleeping jobs (one process, steady)",
+            ratio(m(f"ours, 10 ms jobs, {c4}, steady"), m(f"ours, 10 ms jobs, {c1}, steady")),
             ">=",
             3,
         ),

@@ -15,13 +15,27 @@ so ``from django_debounce import JobContext`` is safe in settings and in
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from asgiref.sync import sync_to_async
+
+from .exceptions import ProgressError
+from .progress import validate_progress
 from .run_controls import RunControl
 
 if TYPE_CHECKING:
     from .models import Job
+
+
+def _in_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
 
 RunReason = Literal["quiet", "max_wait", "not_debounced", "retry", "inline"]
 """Why a run started; see :attr:`django_debounce.JobContext.run_reason`."""
@@ -67,9 +81,10 @@ class JobContext:
             * ``"inline"``: the task was called directly, with no job.
 
             On a first attempt it equals ``Job.run_reason``.
-        control: the run's cancel mark and time limits
+        control: the run's cancel mark, time limits and progress
             (:class:`~django_debounce.run_controls.RunControl`), read through
-            :attr:`cancel_requested`, :attr:`time_left` and :meth:`checkpoint`.
+            :attr:`cancel_requested`, :attr:`time_left` and :meth:`checkpoint`,
+            written through :meth:`set_progress`.
     """
 
     job: Job | None
@@ -107,6 +122,44 @@ class JobContext:
             DatabaseError: reading the cancel mark failed.
         """
         self.control.checkpoint()
+
+    def set_progress(self, done: int, total: int | None = None, note: str = "") -> None:
+        """Report how far the run has got: ``done`` units of ``total``, with a ``note`` (decision 202).
+
+        Call it as often as you like: the job's row is written at most once per
+        second per run (``django_debounce.progress.MIN_INTERVAL``; the first call at
+        once, a later one held back and written by the next call after the second,
+        or when the run ends, decision 203). The values appear in the admin (a bar),
+        ``debounce_status``, a Django task's ``TaskResult.metadata["progress"]`` and
+        Celery's ``PROGRESS`` state (docs/howto/progress.md). A run that lost its
+        lease writes nothing (fenced like the outcome, §11). Inline: validated only.
+
+        Args:
+            done: units done, an ``int >= 0`` (a ``bool`` is refused).
+            total: units in all, an ``int >= done``; ``None`` when unknown (no bar, a count).
+            note: free text, at most 200 characters (``""``: none).
+
+        Raises:
+            ProgressError: a value of the wrong type or range (named in the
+                message), or a call from a running event loop (an async task:
+                ``await context.aset_progress(...)``); nothing was written.
+        """
+        progress = validate_progress(done, total, note)
+        if self.job is not None and _in_event_loop():
+            raise ProgressError(
+                "set_progress was called from an async task's event loop, where it cannot "
+                "write the job's row; use: await context.aset_progress(done, total, note)"
+            )
+        self.control.progress.set(progress)
+
+    async def aset_progress(self, done: int, total: int | None = None, note: str = "") -> None:
+        """:meth:`set_progress` for an async task (the write runs in the worker's thread).
+
+        Raises:
+            ProgressError: as :meth:`set_progress`, before anything is written.
+        """
+        progress = validate_progress(done, total, note)
+        await sync_to_async(self.control.progress.set)(progress)
 
     @classmethod
     def for_job(cls, job: Job, control: RunControl | None = None) -> JobContext:

@@ -101,6 +101,15 @@ class JobCancelled(DebounceError):  # noqa: N818 (a signal to the task; decision
     """
 
 
+class ProgressError(DebounceError, ValueError):
+    """``JobContext.set_progress`` was given a value it cannot store; nothing was written.
+
+    ``done`` and ``total`` must be ints from 0 to 2**63 - 1 (not bools), ``done`` at most
+    ``total`` when a total is given, and ``note`` a string of at most 200
+    characters. Decision 202; docs/howto/progress.md.
+    """
+
+
 class JobTimeout(DebounceError):  # noqa: N818 (a signal to the task; decision 187)
     """The running job passed its ``timeout`` (its soft limit).
 

@@ -1,4 +1,4 @@
-"""What a running job may be told while it runs: a cancel request and its time limits (decisions 186, 187).
+"""What a running job may be told while it runs (a cancel request, its time limits) and may tell (its progress).
 
 A :class:`RunControl` is made for each run (by
 :func:`django_debounce.run.execution.run_job`, on every executor) and reached
@@ -18,6 +18,7 @@ import threading
 import time
 
 from .exceptions import JobCancelled, JobTimeout
+from .progress import ProgressReporter
 
 
 class RunControl:
@@ -29,6 +30,9 @@ class RunControl:
         timeout: the soft limit, seconds from now (``None``: none).
         grace: seconds past ``timeout`` until the hard limit (``None``: no hard limit).
         poll_interval: the longest a read of the cancel mark is trusted, seconds.
+        progress: where the run's ``set_progress`` calls go (default: one that writes nothing,
+            as for an inline call; :func:`~django_debounce.run.limited_calls.control_for`
+            gives a claimed job's run one fenced on its attempt, decision 202).
     """
 
     def __init__(
@@ -39,8 +43,10 @@ class RunControl:
         timeout: float | None = None,
         grace: float | None = None,
         poll_interval: float = 1.0,
+        progress: ProgressReporter | None = None,
     ) -> None:
         self.job_id = job_id
+        self.progress = progress or ProgressReporter(None, using=using)
         self.using = using
         self.timeout = timeout
         self.started = time.monotonic()

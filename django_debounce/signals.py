@@ -9,6 +9,9 @@ All are sent with ``sender=Job`` and keyword arguments:
 * ``job_finished(job, status)``: a run ended; ``status`` is the job's status
   after it (``SUCCESSFUL``, ``READY`` for a scheduled retry, ``FAILED``,
   ``CANCELLED`` for a running job stopped on request, decision 186).
+* ``job_progress(job, progress)``: a running job's progress was written
+  (:class:`~django_debounce.progress.Progress`; at most once a second per run,
+  decision 203); the Celery executor turns it into Celery's ``PROGRESS`` state.
 * ``job_dead_lettered(job, dead_letter)``: a dead letter was written. Shed jobs
   send nothing (§6).
 
@@ -31,6 +34,8 @@ job_finished = Signal()
 """Sent when a run ended, with ``job`` and ``status`` (``SUCCESSFUL``, ``READY`` for a retry, ``FAILED``)."""
 job_dead_lettered = Signal()
 """Sent when a dead letter was written, with ``job`` and ``dead_letter`` (never for a shed, §6)."""
+job_progress = Signal()
+"""Sent after a running job's progress was written, with ``job`` and ``progress`` (decision 203)."""
 
 # Internal, not a public signal: a shed gets no signal (§6, §9). The optional metrics
 # (django_debounce/metrics.py) count sheds through this one; it is sent with

@@ -82,7 +82,10 @@ nitpick_ignore_regex = [
 # The package's internal modules are not in the reference (only its public faces are:
 # reference_sources.PUBLIC_MODULES); public docstrings still name them for maintainers.
 nitpick_ignore_regex += [
-    ("py:class", r"(DurationLike|TaskState|RegisteredTask|django_debounce\.models\.TaskState)"),
+    (
+        "py:class",
+        r"(DurationLike|TaskState|RegisteredTask|django_debounce\.models(\.flow_state)?\.TaskState)",
+    ),
     ("py:func", r"django_debounce\.ops\.dead_letters\..*"),
     (
         "py:.*",

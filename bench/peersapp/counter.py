@@ -36,8 +36,18 @@ def client() -> Any:
     return _client
 
 
+#: Milliseconds each bench job sleeps before it counts (``bench/drain.py --sleep-ms``): an
+#: I/O-bound job, whose thread releases the GIL while it waits (issue #23 item 4).
+SLEEP_MS = float(os.environ.get("DEBOUNCE_PEERS_SLEEP_MS") or 0)
+
+
 def hit() -> None:
-    """Count one finished job; stamp the first and the last (``DEBOUNCE_PEERS_JOBS``)."""
+    """Count one finished job; stamp the first and the last (``DEBOUNCE_PEERS_JOBS``).
+
+    Sleeps ``SLEEP_MS`` milliseconds first when set (the same for every worker system).
+    """
+    if SLEEP_MS:
+        time.sleep(SLEEP_MS / 1000)
     r = client()
     count = r.incr(COUNT)
     if count == 1:

@@ -27,6 +27,7 @@ from .. import keys, registry
 from ..conf import Settings
 from ..job_ids import parse_id
 from ..models import DeadLetter
+from ..progress import Progress
 
 #: A changelist counts at most this many matching rows (then shows "more than …").
 COUNT_CAP = 10_000
@@ -315,3 +316,25 @@ def exact_dead_letter_search(queryset: QuerySet[Any], search_term: str) -> Query
     if pk is not None:
         match |= Q(pk=pk) | Q(job_id=pk)
     return queryset.filter(match)
+
+
+def progress_html(progress: Progress | None) -> str:
+    """A run's progress as an accessible bar: ``<progress>`` with the same words beside it.
+
+    ``"-"`` without progress. With a total, ``<progress value=done max=total>``; without
+    one, an indeterminate ``<progress>`` (no value). The text (``"3 of 10 (30%) - note"``)
+    follows the bar and labels it (``aria-label``), so it reads the same without CSS.
+    """
+    if progress is None:
+        return "-"
+    text = progress.text()
+    if progress.total is None:
+        bar = format_html('<progress aria-label="{}"></progress>', text)
+    else:
+        bar = format_html(
+            '<progress value="{}" max="{}" aria-label="{}"></progress>',
+            progress.done if progress.total else 1,
+            progress.total or 1,  # an empty total is all done; max must be positive
+            text,
+        )
+    return format_html('<span class="debounce-progress">{} {}</span>', bar, text)

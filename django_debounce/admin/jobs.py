@@ -22,6 +22,7 @@ from django.utils.translation import ngettext
 
 from ..flow import hold_reasons
 from ..models import DeadLetter, Job, OpenWindow
+from ..progress import progress_of
 from .helpers import (
     QueueFilter,
     TaskNameFilter,
@@ -30,6 +31,7 @@ from .helpers import (
     job_link,
     payload_preview,
     pretty_json,
+    progress_html,
     time_column,
     time_text,
 )
@@ -58,6 +60,7 @@ class JobAdmin(WindowActionsAdmin):
         "run_at_time",
         "enqueue_count",
         "attempts",
+        "progress",
         "created_at_time",
     ]
     list_filter = ["status", QueueFilter, TaskNameFilter, ("created_at", admin.DateFieldListFilter)]
@@ -81,6 +84,7 @@ class JobAdmin(WindowActionsAdmin):
                     "queue",
                     "priority",
                     "status",
+                    "progress",
                     "why_it_ran",
                     "held_back_by",
                     "window",
@@ -128,6 +132,11 @@ class JobAdmin(WindowActionsAdmin):
     def calls(self, job: Job) -> int:
         """Calls that joined the window after the one that opened it (decision 161)."""
         return job.enqueue_count - 1
+
+    @admin.display(description=_("progress"))
+    def progress(self, job: Job) -> str:
+        """The latest run's progress as a ``<progress>`` bar with its text (decision 202)."""
+        return progress_html(progress_of(job))
 
     @admin.display(description=_("key"))
     def key(self, job: Job) -> str:

@@ -7,7 +7,7 @@ value is checked by one loop over the settings table
 what a setting needs of another, of the database or of the environment, by
 concern: :mod:`.settings` (setting pairs, ``USE_TZ``, the database options,
 unknown names), :mod:`.redis` (the cache ``DEBOUNCE_REDIS`` names),
-:mod:`.wakeup` (the wake-up), and each integration's beside it
+:mod:`.wakeup` (the wake-up), :mod:`.periodic` (the schedules of ``DEBOUNCE_SCHEDULES``), and each integration's beside it
 (:mod:`django_debounce.contrib.celery.checks`,
 :mod:`django_debounce.contrib.django_tasks.checks`,
 :mod:`django_debounce.contrib.prometheus.checks`). Every id is listed in
@@ -21,6 +21,7 @@ from django.core.checks import Tags, register
 from ..contrib.celery.checks import check_celery_available, check_handoff_lease
 from ..contrib.django_tasks.checks import check_task_backends
 from ..contrib.prometheus.checks import check_metrics
+from .periodic import check_settings_schedules
 from .redis import check_redis
 from .settings import (
     check_database_options,
@@ -42,6 +43,7 @@ ALL_CHECKS = (
     check_handoff_lease,
     check_celery_available,
     check_wakeup,
+    check_settings_schedules,
 )
 
 

@@ -50,7 +50,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     the worker and every enqueue accept. A refused value is an ``Error``
     with the parser's message (it names the setting), the row's hint and
     its id (E001, E002, E004-E007, E009, E010, E012-E016, E020, E025-E027,
-    E029, E035, E040, E041, E044, E045, E046, E055, E056).
+    E029, E035, E040, E041, E044-E047, E055, E056).
     """
     errors: list[CheckMessage] = []
     parsed: dict[str, Any] = {}

@@ -40,6 +40,7 @@ from .numbers import (
 from .queues import parse_queues
 from .redis import parse_redis_alias
 from .retention import parse_prune
+from .schedules import parse_schedules
 from .setting import PREFIX, Setting, optional
 from .wakeup import parse_wakeup
 
@@ -347,6 +348,16 @@ class Settings:
         _duration("DEBOUNCE_PERIODIC_MAX_LATENESS"),
         "E046",
         _duration_hint("DEBOUNCE_PERIODIC_MAX_LATENESS"),
+    )
+    #: Periodic schedules declared in settings, by name (decision 209; the tasks they name
+    #: are checked under E048, once registered).
+    schedules = Setting(
+        "DEBOUNCE_SCHEDULES",
+        {},
+        parse_schedules,
+        "E047",
+        'A dict of schedule name -> {"task": "app.tasks.fn", "cron": "*/5 * * * *", ...} '
+        "(keys: task, cron, tz, args, kwargs, overlap, pass_tick, max_lateness).",
     )
 
     # -- Django's own -----------------------------------------------------------------------

@@ -131,6 +131,10 @@ _CONSTANTS = {
     "worker_id": "''",
     "lease_expires_at": "NULL",
     "cancel_requested_at": "NULL",
+    "progress_done": "NULL",
+    "progress_total": "NULL",
+    "progress_note": "''",
+    "progress_at": "NULL",
 }
 
 

@@ -3,7 +3,7 @@
 A :class:`PeriodicScheduler` runs in each built-in worker's loop and in the
 Celery dispatcher's. On each poll, :meth:`PeriodicScheduler.defer_due` looks at
 every schedule this process registered (``@task(schedule=...)``,
-``@periodic_task``) and, for one whose next tick has come, defers the
+``@periodic_task``, ``DEBOUNCE_SCHEDULES``: decision 209) and, for one whose next tick has come, defers the
 **latest** tick no older than its lateness cap
 (``DEBOUNCE_PERIODIC_MAX_LATENESS``; ``Schedule.max_lateness``): after a
 downtime the ticks missed before it are never run, and one older than the cap
@@ -43,9 +43,11 @@ from django.utils import timezone
 
 from .. import registry
 from ..enqueueing.call import enqueue_call
+from ..exceptions import ConfigurationError
 from ..models import Job, PeriodicTick
 from ..registry import RegisteredTask
 from ..schedules import Schedule
+from ..settings_schedules import settings_schedules
 
 logger = logging.getLogger("django_debounce.periodic")
 
@@ -75,14 +77,30 @@ class Periodic:
 
 
 def registered_schedules() -> list[Periodic]:
-    """Return every schedule of the tasks registered in this process, by name."""
+    """Return every schedule of the tasks registered in this process, by name.
+
+    The schedules declared in code, then those of ``DEBOUNCE_SCHEDULES`` whose
+    entry resolves (:func:`~django_debounce.settings_schedules.settings_schedules`;
+    a refused entry, or a setting of the wrong shape, is logged once and left
+    out: ``manage.py check`` reports it, as E048 or E047).
+    """
     found = [
         Periodic(task, schedule)
         for task in registry.all_tasks().values()
         for schedule in task.options.schedule
         if isinstance(schedule, Schedule)
     ]
+    try:
+        found += [Periodic(task, schedule) for task, schedule in settings_schedules().schedules]
+    except ConfigurationError as exc:  # the setting's shape (E047): its schedules do not run
+        if str(exc) not in _refused:
+            _refused.add(str(exc))
+            logger.error("%s", exc, extra={"action": "periodic_settings_error"})
     return sorted(found, key=lambda p: p.name)
+
+
+#: The messages of setting shapes already logged (once per process each).
+_refused: set[str] = set()
 
 
 def _db() -> str:

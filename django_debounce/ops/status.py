@@ -32,6 +32,7 @@ from ..flow.key_rates import key_counts
 from ..flow.rules import live_lease
 from ..models import DeadLetter, Job, TaskState
 from .periodic import schedule_rows
+from .running_progress import progress_lines, progress_rows
 from .text_width import cut_dotted, cut_end, cut_middle, display_width, pad
 
 #: Open windows listed, busiest (most calls) first.
@@ -67,7 +68,7 @@ def collect_status(
 
     Returns:
         ``{"now", "queues", "windows", "dead_letters", "breakers", "buckets",
-        "workers", "schedules"}``: ``queues`` is a list of ``{"queue", "ready", "due",
+        "workers", "progress", "schedules"}``: ``queues`` is a list of ``{"queue", "ready", "due",
         "running", "oldest_due_age" (seconds or None), "runs_last_minute"}``;
         ``windows`` of ``{"id", "task_name", "key", "queue", "calls" (the
         job's ``enqueue_count``), "opened_at", "deadline", "max_run_at"}``;
@@ -78,6 +79,7 @@ def collect_status(
         ``per_key`` of ``{"task_name", "rate_limit_per_key", "on_excess", "keys_in_use",
         "keys_waiting"}`` per task with a rate limit per key (counts, never keys; decision 189);
         ``workers`` of ``{"worker_id", "running", "lease_expires_at"}``;
+        ``progress`` the running jobs that reported progress (``running_progress``, 202);
         ``schedules`` the periodic schedules this process registered
         (:func:`~django_debounce.ops.periodic.schedule_rows`: next and last tick).
         Datetimes are ISO 8601 strings.
@@ -119,6 +121,7 @@ def collect_status(
         "dead_letters": _dead_letters(now, using),
         **_flow_control(now, using),
         "workers": _workers(jobs, now),
+        "progress": progress_rows(jobs),
         "schedules": schedule_rows(now=now, using=using),
     }
 
@@ -388,6 +391,8 @@ def render_status(snapshot: dict[str, Any], *, width: int = 80, height: int | No
     ]
     if per_key:  # only where a task has rate_limit_per_key (decision 189)
         parts.insert(-1, (["", "rate limits per key (keys in use, waiting)"], per_key, ""))
+    if progress := progress_lines(snapshot.get("progress", []), width=width):  # decision 202
+        parts.append((["", "running jobs with progress"], progress, ""))
     if schedules:  # only where periodic tasks are declared (decision 177)
         parts.append((["", "periodic schedules (next tick, last tick)"], schedules, ""))
     # An empty list's "(none …)" line belongs to its heading: never traded for "… more".

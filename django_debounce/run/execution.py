@@ -132,6 +132,7 @@ def run_job(
     except BaseException as exc:  # SystemExit, KeyboardInterrupt too: the run's error
         if is_host_stop(exc):
             raise  # a signal handler ending the process, not the task (decision 150)
+        control.progress.flush()  # the last value reported, before the outcome (decision 203)
         if isinstance(exc, JobCancelled) or _cancel_requested(control):
             # Stopped on request, or failed after it: CANCELLED, never retried (decision 186).
             error, tb = format_error(exc), format_traceback(exc)
@@ -155,6 +156,7 @@ def run_job(
             retry_for=retry_for,
         )
     else:
+        control.progress.flush()
         if successes is not None and task.options.circuit_breaker is None:
             successes.add(job, storable_result(result), result)
         else:

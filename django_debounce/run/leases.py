@@ -23,6 +23,7 @@ from django.utils import timezone
 from ..lifecycle import bury_lapsed
 from ..log_fields import job_fields
 from ..models import DeadLetter, Job
+from ..progress import write_held
 from ..signals import job_dead_lettered, send_signal
 
 #: The worker's documented logger (docs/reference/commands.md): lease lines keep its name.
@@ -42,16 +43,21 @@ def renew_leases(ids: Iterable[int], *, worker_id: str, lease: timedelta, using:
     """Extend to now + ``lease`` the leases of the jobs ``ids`` still RUNNING for ``worker_id``.
 
     One ``UPDATE``; a job that finished or was reclaimed meanwhile is left
-    alone. Returns how many leases were renewed.
+    alone. Then writes the progress these runs hold back, if a second has passed
+    since their last write (:func:`~django_debounce.progress.write_held`: one
+    fenced ``UPDATE`` per such run). Returns how many leases were renewed.
 
     Raises:
         DatabaseError: the write failed (the leases run on; renew again soon).
     """
-    return (
+    ids = list(ids)
+    renewed = (
         Job.objects.using(using)
-        .filter(pk__in=list(ids), status=Status.RUNNING, worker_id=worker_id)
+        .filter(pk__in=ids, status=Status.RUNNING, worker_id=worker_id)
         .update(lease_expires_at=timezone.now() + lease)
     )
+    write_held(ids, using=using)  # progress a silent task reported (decision 203)
+    return renewed
 
 
 def reclaim_expired_leases(

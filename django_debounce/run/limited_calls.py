@@ -24,6 +24,7 @@ from django.db import DatabaseError, InterfaceError
 from ..conf import settings
 from ..exceptions import JobCancelled, JobTimeout
 from ..models import Job
+from ..progress import ProgressReporter
 from ..registry import RegisteredTask
 from ..run_controls import RunControl
 
@@ -38,7 +39,8 @@ def control_for(job: Job, task: RegisteredTask, *, using: str) -> RunControl:
     option, else none. A sync task's hard limit is that plus
     ``DEBOUNCE_TIMEOUT_GRACE``; an async task has none (it is cancelled at
     its limit). A job claimed with its cancel already requested starts
-    cancelled.
+    cancelled. Its progress writes are fenced on the claim's attempt and
+    worker (:class:`~django_debounce.progress.ProgressReporter`, decision 202).
     """
     limit = job.timeout or task.options.timeout
     seconds = None if limit is None else limit.total_seconds()
@@ -49,6 +51,7 @@ def control_for(job: Job, task: RegisteredTask, *, using: str) -> RunControl:
         timeout=seconds,
         grace=grace,
         poll_interval=settings.cancel_poll_interval,
+        progress=ProgressReporter(job, using=using),
     )
     if job.cancel_requested_at is not None:
         control.note_cancel_requested()

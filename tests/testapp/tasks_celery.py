@@ -116,3 +116,14 @@ def tuple_key_result() -> dict[Any, str]:
     """Return a dict with a tuple key: JSON cannot store it (stored as a short repr)."""
     CallLog.objects.create(task="cel.tuple_key_result", pid=os.getpid())
     return {(1, 2): "pair"}
+
+
+@task(name="cel.progress", executor="celery", takes_context=True)
+def progress(context: JobContext, path: str) -> str:
+    """Report 2 of 5, block until the file ``path`` exists, then report 5 of 5 and return."""
+    from .tasks_reliability import wait_for_file
+
+    context.set_progress(2, 5, "halfway there")
+    wait_for_file(path)
+    context.set_progress(5, 5, "all done")  # within a second of the first? held, then flushed
+    return "reported"

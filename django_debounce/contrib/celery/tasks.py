@@ -18,10 +18,17 @@ from django.db import DEFAULT_DB_ALIAS, router
 from ...exceptions import JobFailedError
 from ...job_ids import parse_id
 from ...models import Job
+from ...signals import job_progress
 from . import executor as celery_executor
 from .kept_connection import kept_connection
+from .progress_state import store_progress_state
 
 logger = logging.getLogger("django_debounce.celery")
+
+# A running job's progress becomes its Celery task's PROGRESS state (decision 204).
+job_progress.connect(
+    store_progress_state, sender=Job, dispatch_uid="django_debounce.celery.progress"
+)
 
 
 @shared_task(name=celery_executor.RUN_TASK, throws=(JobFailedError,))

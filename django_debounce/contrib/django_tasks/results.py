@@ -159,7 +159,9 @@ def to_task_result(task: Task[..., Any], job: Job, *, backend: str) -> TaskResul
     will run); ``worker_ids`` one entry per attempt, the latest attempt's worker
     last and ``""`` for earlier attempts, whose workers a job does not keep
     (so ``attempts`` and ``TaskContext.attempt`` count every run); the return
-    value decoded from ``Job.result`` (decision 96).
+    value decoded from ``Job.result`` (decision 96). A running job's progress is not
+    carried: ``TaskResult`` is a slotted dataclass without a metadata field; read
+    ``django_debounce.progress.progress_of`` of the job ``result.id`` names (decision 204).
     """
     args, kwargs = codec.decode_call(list(job.args or []), dict(job.kwargs or {}))
     attempts = job.attempts or 0

@@ -1,4 +1,4 @@
-"""Job and DeadLetter rows (contract §10).
+"""Job rows and what hangs off them: :class:`Job`, :class:`OpenWindow`, :class:`JobDependency` (contract §10).
 
 The invariant "one open window per (task, key)" (§4.4) is kept by the database
 itself: ``Job.window_key`` is a nullable unique column holding the hash of
@@ -17,8 +17,6 @@ from django.apps import apps
 from django.db import DEFAULT_DB_ALIAS, models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
-
-from .dead_letter_kinds import DeadLetterKind
 
 
 class JobQuerySet(models.QuerySet["Job"]):
@@ -120,6 +118,14 @@ class Job(models.Model):
     """When ``cancel()`` asked the running job to stop (decision 186)."""
     timeout = models.DurationField(null=True, blank=True)
     """The call's soft time limit, else NULL (the task's, decision 187)."""
+    progress_done = models.PositiveBigIntegerField(null=True, blank=True)
+    """Units of work the run reported done (``JobContext.set_progress``, decision 202); NULL: none."""
+    progress_total = models.PositiveBigIntegerField(null=True, blank=True)
+    """Units of work in all, when the task knew them; NULL: unknown."""
+    progress_note = models.CharField(max_length=200, blank=True, default="")
+    """The run's last note with its progress (at most 200 characters)."""
+    progress_at = models.DateTimeField(null=True, blank=True)
+    """When the progress was written; it belongs to the latest run when ``>= started_at``."""
     depends_on = models.ManyToManyField(
         "self",
         through="JobDependency",
@@ -238,183 +244,3 @@ class JobDependency(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.job_id} after job {self.dependency_id}"
-
-
-class TaskState(models.Model):
-    """Deployment-wide flow-control state of one task name (§6).
-
-    One row per task name that has a rate limit, a concurrency cap or a
-    circuit breaker. Workers lock the row (``SELECT … FOR UPDATE``) in the
-    claim transaction, so every worker process on every machine sees and
-    updates one token bucket and one breaker.
-    """
-
-    class BreakerState(models.TextChoices):
-        """Circuit-breaker states (closed: runs; open: deferred; half-open: one probe)."""
-
-        CLOSED = "closed", _("Closed")
-        OPEN = "open", _("Open")
-        HALF_OPEN = "half_open", _("Half-open")
-
-    task_name = models.CharField(max_length=255, primary_key=True)
-    tokens = models.FloatField(null=True, blank=True)
-    """Token bucket level at ``tokens_at`` (NULL: never used, i.e. full)."""
-    tokens_at = models.DateTimeField(null=True, blank=True)
-    breaker_state = models.CharField(
-        max_length=10, choices=BreakerState.choices, default=BreakerState.CLOSED
-    )
-    failures = models.PositiveIntegerField(default=0)
-    """Consecutive failed runs (a success resets it)."""
-    opened_at = models.DateTimeField(null=True, blank=True)
-    """When the breaker last opened; ``reset`` counts from here."""
-    probe_job_id = models.BigIntegerField(null=True, blank=True)
-    """While half-open: the job running as the probe."""
-
-    #: The columns a claim or an outcome writes back after changing the state in memory.
-    STATE_FIELDS = ["tokens", "tokens_at", "breaker_state", "failures", "opened_at", "probe_job_id"]
-
-    def __str__(self) -> str:
-        return f"{self.task_name} flow state"
-
-
-class QueueState(models.Model):
-    """Deployment-wide CoDel state of one queue (§6, RFC 8289 §5), shared by its workers."""
-
-    queue = models.CharField(max_length=100, primary_key=True)
-    first_above_at = models.DateTimeField(null=True, blank=True)
-    """When the sojourn time will have stayed above target for a full interval (RFC ``first_above_time``)."""
-    dropping = models.BooleanField(default=False)
-    drop_next_at = models.DateTimeField(null=True, blank=True)
-    drop_count = models.PositiveIntegerField(default=0)
-    """Drops in the current dropping state (RFC ``count``)."""
-    last_drop_count = models.PositiveIntegerField(default=0)
-    """``drop_count`` when the last dropping state ended (RFC ``lastcount``)."""
-
-    def __str__(self) -> str:
-        return f"{self.queue} CoDel state"
-
-
-class _DeadLetterRetrier(Protocol):
-    """What :meth:`DeadLetter.retry` needs from the app config (see there)."""
-
-    def retry_dead_letter(self, letter: DeadLetter, *, force: bool) -> Job | None: ...
-
-
-class DeadLetterQuerySet(models.QuerySet["DeadLetter"]):
-    """Dead letters; ``bulk_create`` fills a missing ``kind`` as ``save()`` does."""
-
-    def bulk_create(self, objs: Any, *args: Any, **kwargs: Any) -> list[DeadLetter]:
-        """Insert ``objs``, first deriving the ``kind`` of each that has none from its reason."""
-        objs = list(objs)
-        for letter in objs:
-            if not letter.kind:
-                letter.kind = DeadLetter.Kind.of_reason(letter.reason)
-        return super().bulk_create(objs, *args, **kwargs)
-
-
-class DeadLetter(models.Model):
-    """The record of a job that will not run again on its own (§8)."""
-
-    #: Why the entry exists (:class:`~django_debounce.dead_letter_kinds.DeadLetterKind`).
-    Kind = DeadLetterKind
-
-    id = models.BigAutoField(primary_key=True)
-    job = models.ForeignKey(
-        Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="dead_letters"
-    )
-    """The original job, kept (NULL only if it was deleted later)."""
-    task_name = models.CharField(max_length=255)
-    queue = models.CharField(max_length=100, default="default")
-    args = models.JSONField(default=list, blank=True)
-    kwargs = models.JSONField(default=dict, blank=True)
-    reason = models.TextField()
-    """Why: ``failed: …``, or a reserved prefix ``shed:``, ``codel:``, ``unknown_task:``."""
-    kind = models.CharField(max_length=16, choices=Kind.choices, editable=False)
-    """:class:`Kind` of ``reason``, set from its prefix when the row is written (migration 0005
-    filled older rows)."""
-    metadata = models.JSONField(default=dict, blank=True)
-    error = models.TextField(blank=True, default="")
-    traceback = models.TextField(blank=True, default="")
-    created_at = models.DateTimeField(default=timezone.now)
-    retried_at = models.DateTimeField(null=True, blank=True)
-    retry_job = models.ForeignKey(
-        Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    retry_depth = models.PositiveIntegerField(default=0)
-    """How many dead-letter retries led to this entry's job (0: its job was never a retry)."""
-
-    objects = DeadLetterQuerySet.as_manager()
-
-    class Meta:
-        ordering = ["-created_at", "-id"]
-        indexes = [
-            models.Index(fields=["created_at"], name="debounce_dl_created_at"),
-            # The admin's task filter and exact task-name search, newest first (issue #4).
-            models.Index(fields=["task_name", "-created_at"], name="debounce_dl_task"),
-            # The admin's kind filter, newest first, and the sweep's reserved-kind exclusion.
-            models.Index(fields=["kind", "-created_at"], name="debounce_dl_kind"),
-        ]
-        permissions = [("retry_deadletter", "Can retry dead letters")]
-
-    def __str__(self) -> str:
-        return f"{self.task_name} dead letter #{self.pk}"
-
-    def save(self, *args: Any, **kwargs: Any) -> None:
-        """Save the row, deriving ``kind`` from ``reason`` when it was not set.
-
-        The package builds entries with
-        :func:`django_debounce.lifecycle.new_dead_letter`, which sets ``kind``;
-        this (and ``DeadLetterQuerySet.bulk_create``) covers a row built
-        any other way, so no row is ever stored without its kind.
-        """
-        if not self.kind:
-            self.kind = self.Kind.of_reason(self.reason)
-        super().save(*args, **kwargs)
-
-    @staticmethod
-    def retry_depth_for(job: Job, *, using: str = DEFAULT_DB_ALIAS) -> int:
-        """Return the ``retry_depth`` of a dead letter about to be written for ``job``.
-
-        0 for a job no retry went to; otherwise one more than the deepest
-        entry whose ``retry_job`` is ``job`` (its parent in the chain of
-        retries). The automatic sweep retries an entry only while its depth is
-        below ``max_retries`` (§8, §11). One indexed query (``retry_job``).
-        """
-        parent = (
-            DeadLetter.objects.using(using)
-            .filter(retry_job=job.pk)
-            .aggregate(depth=models.Max("retry_depth"))["depth"]
-        )
-        return 0 if parent is None else parent + 1
-
-    def retry(self, force: bool = False) -> Job | None:
-        """Enqueue this entry's task and arguments again through the normal path (§8).
-
-        The call is made at retry time with the original's task, args, kwargs,
-        queue, priority and metadata (no eta, no expiry), so a debounced task
-        joins the key's open window if there is one.
-
-        The work is done by :func:`django_debounce.ops.dead_letters.retry_dead_letter`.
-        ``models`` sits below the enqueue path and imports nothing above it, so
-        this method reaches that function through Django's app registry: the
-        app config (``apps.py``, the package's top layer) provides
-        ``retry_dead_letter`` (decision 69 in docs/decisions.md).
-
-        Args:
-            force: retry even if the entry was already retried.
-
-        Returns:
-            The job the retry went to (new, or the open window it joined), or
-            ``None`` when the entry was already retried and ``force`` is False.
-            Two callers racing on one entry retry it once: the row is locked.
-
-        Raises:
-            ConfigurationError: or another error of the enqueue, if the task's
-                declaration changed so that the stored call is no longer valid.
-        """
-        config = cast(_DeadLetterRetrier, apps.get_app_config(self._meta.app_label))
-        return config.retry_dead_letter(self, force=force)
-
-
-from .key_buckets import KeyBucket as KeyBucket  # noqa: E402  (own modules, re-exported here)
-from .periodic_ticks import PeriodicTick as PeriodicTick  # noqa: E402
