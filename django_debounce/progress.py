@@ -116,11 +116,12 @@ def validate_progress(done: object, total: object = None, note: object = "") -> 
     if not _is_count(done):
         raise ProgressError(
             f"set_progress: done must be an int from 0 to {MAX_COUNT}, got {done!r}"
+            + (" (a bool is not a count)" if isinstance(done, bool) else "")
         )
     if total is not None and not _is_count(total):
         raise ProgressError(
             f"set_progress: total must be an int from 0 to {MAX_COUNT} or None (unknown), "
-            f"got {total!r}"
+            f"got {total!r}" + (" (a bool is not a count)" if isinstance(total, bool) else "")
         )
     if total is not None and done > total:  # type: ignore[operator]
         raise ProgressError(

@@ -117,7 +117,7 @@ class RunControl:
             JobTimeout: the run passed its ``timeout`` (decision 187).
         """
         if self.cancel_requested:
-            raise JobCancelled(f"job {self.job_id} was cancelled while it ran (Job.cancel())")
+            raise JobCancelled(f"job {self.job_id} was cancelled while it ran (a cancel request)")
         if self.timed_out():
             raise JobTimeout(self.timeout_message())
 

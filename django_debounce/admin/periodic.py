@@ -8,6 +8,7 @@ an index range of the unique (``schedule``, ``tick``) constraint.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.contrib import admin
@@ -21,7 +22,7 @@ from django.utils.translation import gettext_lazy as _
 from ..models import PeriodicTick
 from ..ops.periodic import registered_schedules, schedule_rows
 from .base import ReadOnlyAdmin
-from .helpers import time_column
+from .helpers import time_column, time_text
 
 
 class ScheduleFilter(admin.SimpleListFilter):
@@ -63,6 +64,21 @@ class PeriodicTickAdmin(ReadOnlyAdmin):
         return f"{(row.deferred_at - row.tick).total_seconds():.1f} s"
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
-        """The changelist, with this process's schedules (next and last tick) in its context."""
-        extra = {"debounce_schedules": schedule_rows(), **(extra_context or {})}
+        """The changelist, with this process's schedules (next and last tick) in its context.
+
+        Each row as :func:`~django_debounce.ops.periodic.schedule_rows` gives it (ISO
+        instants), plus ``next_tick_text``/``last_tick_text``: the instants as the ticks'
+        column shows them (the current time zone, to the second).
+        """
+        rows = [
+            {
+                **row,
+                **{
+                    f"{key}_text": time_text(datetime.fromisoformat(row[key])) if row[key] else "-"
+                    for key in ("next_tick", "last_tick")
+                },
+            }
+            for row in schedule_rows()
+        ]
+        extra = {"debounce_schedules": rows, **(extra_context or {})}
         return super().changelist_view(request, extra_context=extra)

@@ -65,7 +65,7 @@ def parse_schedules(value: Any) -> tuple[ScheduleSetting, ...]:
         ConfigurationError: the setting is not a dict; a name is not text of 1
             to 200 characters; an entry is not a dict, lacks ``task`` or
             ``cron``, has an unknown key, or a value of the wrong type. The
-            message names the entry and the key.
+            message names each wrong entry and its key, all of them at once.
     """
     if value is None:
         return ()
@@ -74,7 +74,15 @@ def parse_schedules(value: Any) -> tuple[ScheduleSetting, ...]:
             f"DEBOUNCE_SCHEDULES={value!r} must be a dict of schedule name -> schedule, e.g. "
             '{"nightly-report": {"task": "reports.tasks.build_report", "cron": "0 3 * * *"}}.'
         )
-    found = [_entry(name, entry) for name, entry in value.items()]
+    found: list[ScheduleSetting] = []
+    wrong: list[str] = []
+    for name, entry in value.items():
+        try:
+            found.append(_entry(name, entry))
+        except ConfigurationError as exc:
+            wrong.append(str(exc))
+    if wrong:  # every entry's error at once: a reader fixes them in one pass
+        raise ConfigurationError(" ".join(wrong))
     return tuple(sorted(found, key=lambda s: s.name))
 
 

@@ -44,7 +44,7 @@ _LEAST = {"postgresql": "LEAST", "sqlite": "MIN"}
 #: Per connection (each thread has its own): whether it runs the upsert.
 _supported: weakref.WeakKeyDictionary[BaseDatabaseWrapper, bool] = weakref.WeakKeyDictionary()
 #: Per connection: by statement (its parameters' attnames), how each parameter is adapted.
-_Preparers = tuple[tuple[str, "Field[Any, Any]", type | None], ...]
+_Preparers = tuple[tuple[str, "Field[Any, Any]", type | None, bool], ...]
 _preparers: weakref.WeakKeyDictionary[BaseDatabaseWrapper, dict[tuple[str, ...], _Preparers]] = (
     weakref.WeakKeyDictionary()
 )
@@ -84,8 +84,9 @@ def prepare(
     """Return the parameters ``names`` of a statement, taken from ``values`` and adapted.
 
     As ``[field.get_db_prep_save(values[name], connection) …]``, skipping the
-    call where it would return the value itself (a naive ``datetime`` always
-    goes through Django, which warns and makes it aware).
+    call where it would return the value itself (``None`` for a field that
+    stores it as NULL, decision 206; a naive ``datetime`` always goes through
+    Django, which warns and makes it aware).
     """
     by_statement = _preparers.get(connection)
     if by_statement is None:
@@ -93,13 +94,21 @@ def prepare(
     preparers = by_statement.get(names)
     if preparers is None:
         preparers = tuple(
-            (name, field, _passes_through(field, connection))
+            (
+                name,
+                field,
+                _passes_through(field, connection),
+                field.get_db_prep_save(None, connection) is None,
+            )
             for name, field in _param_fields(names)
         )
         by_statement[names] = preparers
-    params = []
-    for name, field, kind in preparers:
+    params: list[Any] = []
+    for name, field, kind, none_is_null in preparers:
         value: Any = values[name]
+        if value is None and none_is_null:
+            params.append(None)  # half a call's columns are NULL: no adaptation to run
+            continue
         naive = kind is datetime and getattr(value, "tzinfo", None) is None
         if kind is None or type(value) is not kind or naive:
             value = field.get_db_prep_save(value, connection)

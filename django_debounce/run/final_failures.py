@@ -123,9 +123,16 @@ def bury_unstorable(
 
 
 def log_discarded_late_run(job: Job) -> None:
-    """Log that ``job``'s run was late (its job reclaimed), so its outcome is discarded (§11)."""
+    """Log that ``job``'s run no longer holds the job, so its outcome is discarded (§11).
+
+    The fenced write found another run's mark: the lease lapsed and the job was
+    reclaimed, or the run was already recorded ended (its hard time limit, decision 187;
+    a cancel, decision 186). The line names no one cause: the write cannot tell them apart.
+    """
     logger.warning(
-        "job %s (%s): lease lapsed and the job was reclaimed; this run's outcome is discarded",
+        "job %s (%s): this run no longer holds the job (its lease lapsed and the job was "
+        "reclaimed, or the run was already recorded ended: a hard time limit, a cancel); "
+        "this run's outcome is discarded",
         job.pk,
         job.task_name,
         extra={"action": "late_result", "job_id": job.pk},

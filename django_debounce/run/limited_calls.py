@@ -90,7 +90,7 @@ async def _run_async(
     except asyncio.CancelledError:
         if cancelled:
             raise JobCancelled(
-                f"job {control.job_id} was cancelled while it ran (Job.cancel())"
+                f"job {control.job_id} was cancelled while it ran (a cancel request)"
             ) from None
         raise
     except TimeoutError:

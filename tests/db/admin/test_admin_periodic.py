@@ -10,6 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from django_debounce import Schedule, registry, task
+from django_debounce.admin.helpers import time_text
 from django_debounce.models import Job, PeriodicTick
 from django_debounce.ops.periodic import PeriodicScheduler
 from tests.conftest import T
@@ -50,6 +51,10 @@ def test_the_ticks_page_lists_ticks_with_their_jobs_and_the_schedules(
         (T + dt.timedelta(minutes=60)).isoformat(),
     )
     assert "<code>* * * * *</code>" in page
+    # The instants as the ticks' column shows them, not ISO strings.
+    assert schedule["next_tick_text"] == time_text(T + dt.timedelta(minutes=60))
+    assert f"<td>{schedule['next_tick_text']}</td>" in page
+    assert schedule["next_tick"] not in page
 
 
 @pytest.mark.django_db

@@ -222,3 +222,20 @@ def test_a_setting_of_the_wrong_shape_runs_no_schedule_and_logs_once(clock, decl
         "DEBOUNCE_SCHEDULES['a']='* * * * *' must be a dict such as "
         '{"task": "app.tasks.fn", "cron": "*/5 * * * *"}.'
     ]
+
+
+@pytest.mark.django_db
+def test_every_wrong_entry_is_named_at_once():
+    value = {
+        "a": {"task": "t", "cron": "* * * * *", "queue": "x"},
+        "b": {"task": "t", "cron": "* * * * *"},
+        "c": {"cron": "* * * * *"},
+    }
+    ((check_id, _obj, message),) = errors_of(value)
+    assert check_id == "django_debounce.E047"
+    assert message == (
+        "DEBOUNCE_SCHEDULES['a']: unknown key(s) ['queue']; accepted: task, cron, tz, args, "
+        "kwargs, overlap, pass_tick, max_lateness. DEBOUNCE_SCHEDULES['c']: 'task' is "
+        "required and must be a non-empty str (the task's registered name, e.g. "
+        "'reports.tasks.build_report')."
+    )

@@ -111,7 +111,7 @@ def test_the_fence_keeps_a_reclaimed_job_from_being_overwritten(clock, signal_lo
     assert [(name, kwargs["job"].pk) for name, kwargs, _ in signal_log] == [
         ("job_finished", second.pk)
     ]
-    assert f"job {first.pk} (rel.work): lease lapsed" in caplog.text
+    assert f"job {first.pk} (rel.work): this run no longer holds the job" in caplog.text
 
 
 def test_a_worker_burst_writes_its_successes_in_one_statement(settings):

@@ -172,7 +172,10 @@ def test_each_write_sends_job_progress_once(burst):
     ("args", "named"),
     [
         ((-1,), "done must be an int from 0 to 9223372036854775807, got -1"),
-        ((True,), "done must be an int from 0 to 9223372036854775807, got True"),
+        (
+            (True,),
+            "done must be an int from 0 to 9223372036854775807, got True (a bool is not a count)",
+        ),
         (("3",), "done must be an int from 0 to 9223372036854775807, got '3'"),
         ((1.5,), "done must be an int from 0 to 9223372036854775807, got 1.5"),
         ((2**63,), "done must be an int from 0 to 9223372036854775807, got 9223372036854775808"),
