@@ -19,10 +19,9 @@ gathers what the verdict needs under the row locks (the live state, the
 running count, whether a half-open breaker's probe still runs) and applies
 an admit: the job takes a token, or becomes the breaker's probe.
 
-A job held back stays READY with its ``run_at`` (its place in line). A job of
-an ``on_excess="drop"`` task that passes the breaker and concurrency checks
-but finds no token is shed instead (``shed:`` dead letter). A breaker never
-sheds: while open, jobs wait. Rate limits per key: :mod:`django_debounce.flow.key_rates`.
+A job held back stays READY with its ``run_at`` (its place in line). A drop-mode job that
+passes the breaker and cap but finds no token is shed instead (``shed:`` dead letter); a
+breaker never sheds. Rate limits per key: :mod:`django_debounce.flow.key_rates`.
 """
 
 from __future__ import annotations
@@ -116,7 +115,7 @@ class Admission:
         self.probe_live: dict[str, bool] = {}
         self.dirty: set[str] = set()
         self._want = 1
-        self.keys = KeyRows(gates, now=now, using=using)
+        self.keys = KeyRows(gates, now=now, using=using, ledger=ledger)
         buckets = {name: gate.bucket for name, gate in gates.items() if gate.bucket is not None}
         self.redis = redis_tokens.ClaimTokens(
             ledger or redis_tokens.TokenLedger(), buckets if ledger is not None else {}
@@ -354,7 +353,7 @@ class Admission:
         )
         if judged.kind != "admit":
             return judged.kind
-        per_key = self.keys.judge(gate, job)  # the key's own bucket (decision 189)
+        per_key = self.keys.judge(gate, job, plan=plan)  # the key's own bucket (189, 193)
         if per_key is not None:
             return "shed_key" if per_key == "shed" else per_key
         if judged.level is not None and name in self.redis.names:
@@ -362,7 +361,8 @@ class Admission:
             if not plan and (
                 name in self.redis.refused or not self.redis.take(name, self.now, self._want)
             ):
-                # No token (Redis said so in this claim), or Redis failed: never shed for that.
+                # No token (Redis said so in this claim), or Redis failed: never shed for that;
+                self.keys.give_back(gate, job)  # and a key's token taken in Redis goes back (193).
                 return "shed" if gate.drop and name not in self.redis.failed else "hold"
         elif judged.level is not None:
             state.tokens = max(0.0, judged.level - 1)

@@ -20,7 +20,10 @@ the job waits for the key's next token (``on_excess="defer"``) or is shed
 * A row whose bucket has refilled is deleted by the next claim that touched
   a key bucket (:func:`prune_full`): the table holds the keys that ran within
   the last refill time, not every key ever seen.
-* The buckets are in the database even with ``DEBOUNCE_REDIS`` (decision 189).
+* With ``DEBOUNCE_REDIS`` the buckets are in Redis
+  (:mod:`django_debounce.flow.redis_key_buckets`, decisions 193-194): a claim
+  then locks no row, and only a defer-mode key left without a token writes
+  its row (its ``blocked_until``, for the candidate query).
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from django.db.models import Count, Exists, Min, OuterRef, Q
 from django.db.models.expressions import Combinable
 
 from ..models import Job, KeyBucket, TaskState
+from .redis_key_buckets import KeyTokens, key_store, read_level
+from .redis_tokens import TokenLedger
 from .rules import Gate, Hold, next_token_at, when_text
 
 #: Idle rows one claim deletes at most (the next claims delete the rest).
@@ -126,9 +131,20 @@ def next_key_token_at(since: datetime, *, names: list[str], using: str) -> datet
 
 
 def bucket_row(task_name: str, key_hash: str | None, *, using: str) -> KeyBucket | None:
-    """Return the bucket row of one key (read without a lock), or ``None`` (a full bucket)."""
+    """Return the bucket of one key (read without a lock), or ``None`` (a full bucket).
+
+    With ``DEBOUNCE_REDIS`` answering, an unsaved row holding the Redis level
+    (decision 193); else the database row.
+    """
     if key_hash is None:
         return None
+    level = read_level(task_name, key_hash)
+    if level is not None:
+        if level.tokens is None or level.tokens_at is None:
+            return None
+        return KeyBucket(
+            task_name=task_name, key_hash=key_hash, tokens=level.tokens, tokens_at=level.tokens_at
+        )
     return KeyBucket.objects.using(using).filter(task_name=task_name, key_hash=key_hash).first()
 
 
@@ -139,10 +155,22 @@ class KeyRows:
         gates: the claim's gates; those with ``key_bucket`` are judged here.
         now: the claim's instant (aware datetime).
         using: database alias.
+        ledger: the claim's Redis ledger; with it and ``DEBOUNCE_REDIS`` answering,
+            the buckets are in Redis (:class:`~django_debounce.flow.redis_key_buckets.KeyTokens`,
+            decision 193) and no row is locked.
     """
 
-    def __init__(self, gates: dict[str, Gate], *, now: datetime, using: str) -> None:
+    def __init__(
+        self,
+        gates: dict[str, Gate],
+        *,
+        now: datetime,
+        using: str,
+        ledger: TokenLedger | None = None,
+    ) -> None:
         self.names = {name for name, gate in gates.items() if gate.key_bucket is not None}
+        where = key_store() if ledger is not None and self.names else None
+        self.redis = KeyTokens(where, ledger) if where is not None and ledger is not None else None
         self.now = now
         self.using = using
         features = connections[using].features
@@ -175,6 +203,10 @@ class KeyRows:
         )
         if not pairs:
             return
+        if self.redis is not None:
+            if self.redis.read(pairs) or self.redis.levels:
+                return
+            self.redis = None  # failed before any take: this claim uses the database buckets
         found = self._select(pairs)
         missing = [pair for pair in pairs if pair not in found]
         if missing:
@@ -220,11 +252,17 @@ class KeyRows:
         self.rows.update(found)
         self.unavailable.update(pair for pair in pairs if pair not in found)
 
-    def judge(self, gate: Gate, job: Job) -> str | None:
-        """Return ``None`` when ``job``'s key bucket admits it (or it has none), else ``"hold"``/``"shed"``."""
+    def judge(self, gate: Gate, job: Job, *, plan: bool = False) -> str | None:
+        """Return ``None`` when ``job``'s key bucket admits it (or it has none), else ``"hold"``/``"shed"``.
+
+        In Redis an admit takes the token at once (atomically; none with ``plan``);
+        :meth:`give_back` returns it if a later rule refuses the job.
+        """
         if gate.key_bucket is None or job.key_hash is None:
             return None
         pair = (job.task_name, job.key_hash)
+        if self.redis is not None:
+            return self._judge_redis(gate, pair, plan)
         if pair not in self.rows:
             return "hold"  # its row is locked by another claim right now
         hold = key_hold(gate, self.rows[pair], self.now)
@@ -232,12 +270,35 @@ class KeyRows:
             return None
         return "shed" if hold.code == "shed" else "hold"
 
+    def _judge_redis(self, gate: Gate, pair: Pair, plan: bool) -> str | None:
+        """The take decides (a level read earlier may be stale: a claim may have given tokens back)."""
+        assert self.redis is not None and gate.key_bucket is not None
+        if pair in self.redis.failed or pair not in self.redis.levels:
+            return "hold"  # Redis failed in this claim: held, never shed
+        if plan:  # a plan takes nothing: judged by the level read
+            tokens, at = self.redis.levels[pair].tokens, self.redis.levels[pair].tokens_at
+            view = KeyBucket(tokens=tokens, tokens_at=at) if tokens is not None and at else None
+            hold = key_hold(gate, view, self.now)
+            return None if hold is None else "shed" if hold.code == "shed" else "hold"
+        took = self.redis.take(pair, gate.key_bucket, self.now)
+        if took == "admit":
+            return None
+        return "shed" if took == "refused" and gate.drop else "hold"
+
+    def give_back(self, gate: Gate, job: Job) -> None:
+        """Give back the Redis token :meth:`judge` took for ``job`` (a later rule refused it)."""
+        if self.redis is not None and gate.key_bucket is not None and job.key_hash is not None:
+            self.redis.give_back((job.task_name, job.key_hash), gate.key_bucket)
+
     def take(self, gate: Gate, job: Job) -> None:
         """Take one token of ``job``'s key bucket (in memory; :meth:`save` writes it)."""
         bucket = gate.key_bucket
         if bucket is None or job.key_hash is None:
             return
         pair = (job.task_name, job.key_hash)
+        if self.redis is not None:
+            self._blocked_in_redis(gate, pair)
+            return
         row = self.rows[pair]
         level = bucket.take(row.tokens, row.tokens_at, self.now, 1)
         row.tokens = level
@@ -246,24 +307,57 @@ class KeyRows:
         row.blocked_until = None if gate.drop else next_token_at(bucket, level, self.now)
         self.dirty.add(pair)
 
-    def mark(self) -> tuple[dict[Pair, tuple[Any, ...]], frozenset[Pair]]:
+    def _blocked_in_redis(self, gate: Gate, pair: Pair) -> None:
+        """After a Redis take: a defer-mode key left without a whole token gets its row (:meth:`save`)."""
+        assert self.redis is not None and gate.key_bucket is not None
+        self.redis.taken.discard(pair)  # admitted: the token is kept
+        level = self.redis.levels[pair]
+        bucket, tokens = gate.key_bucket, level.tokens
+        blocked = None if gate.drop or tokens is None else next_token_at(bucket, tokens, self.now)
+        if blocked is None:
+            return
+        assert tokens is not None
+        self.rows[pair] = KeyBucket(
+            task_name=pair[0],
+            key_hash=pair[1],
+            tokens=tokens,
+            tokens_at=level.tokens_at or self.now,
+            blocked_until=blocked,
+            full_at=self.now + timedelta(seconds=(bucket.capacity - tokens) / bucket.per_second),
+        )
+        self.dirty.add(pair)
+
+    def mark(self) -> tuple[Any, ...]:
         """Return the rows' state, for :meth:`restore`."""
         values = {
             pair: tuple(getattr(row, attr) for attr in _FIELDS) for pair, row in self.rows.items()
         }
-        return values, frozenset(self.dirty)
+        return values, frozenset(self.dirty), self.redis.mark() if self.redis else None
 
-    def restore(self, mark: tuple[dict[Pair, tuple[Any, ...]], frozenset[Pair]]) -> None:
-        """Take back the tokens taken since :meth:`mark`."""
-        values, dirty = mark
+    def restore(self, mark: tuple[Any, ...]) -> None:
+        """Take back the tokens taken since :meth:`mark` (Redis tokens: through the shared ledger)."""
+        values, dirty, redis = mark
+        for pair in set(self.rows) - set(values) if self.redis is not None else ():
+            del self.rows[pair]  # blocked rows of takes taken back
         for pair, saved in values.items():
             for attr, value in zip(_FIELDS, saved, strict=True):
                 setattr(self.rows[pair], attr, value)
         self.dirty = set(dirty)
+        if self.redis is not None:
+            self.redis.restore(redis)
 
     def save(self) -> None:
         """Write the rows this claim took tokens from, then :func:`prune_full` idle ones."""
-        touched = bool(self.rows)
+        touched = bool(self.rows) or bool(self.redis and self.redis.levels)
+        if self.redis is not None:  # the rows of keys left waiting (no lock: an upsert)
+            target = connections[self.using].features.supports_update_conflicts_with_target
+            KeyBucket.objects.using(self.using).bulk_create(
+                [self.rows[pair] for pair in sorted(self.dirty)],
+                update_conflicts=True,
+                unique_fields=["task_name", "key_hash"] if target else None,
+                update_fields=list(_FIELDS),
+            )
+            self.dirty.clear()
         for pair in sorted(self.dirty):
             self.rows[pair].save(using=self.using, update_fields=list(_FIELDS))
         self.dirty.clear()

@@ -170,6 +170,10 @@ class RedisBuckets:
 
         return str(caches[self.alias].make_key(f"django_debounce:bucket:{task_name}"))
 
+    def ttl(self, bucket: TokenBucket) -> int:
+        """Return the seconds a bucket key lives after a take: its refill time plus :data:`KEY_TTL_MARGIN`."""
+        return math.ceil(bucket.capacity / bucket.per_second) + KEY_TTL_MARGIN
+
     def _client(self) -> Redis:
         from django_redis import get_redis_connection
 
@@ -231,8 +235,7 @@ class RedisBuckets:
         Returns:
             A :class:`Take`: tokens granted (0 to ``count``) and the level after it.
         """
-        ttl = math.ceil(bucket.capacity / bucket.per_second) + KEY_TTL_MARGIN
-        args = [bucket.capacity, repr(bucket.per_second), _epoch(now), count, ttl]
+        args = [bucket.capacity, repr(bucket.per_second), _epoch(now), count, self.ttl(bucket)]
 
         def run(client: Redis, scripts: Any) -> list[Any]:
             result: list[Any] = scripts[0](keys=[self.key(task_name)], args=args, client=client)

@@ -12,7 +12,9 @@ at a time, keeping the claimed-but-unstarted jobs as the worker would.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +42,15 @@ SPECS: dict[str, Spec] = {
         Spec("sm.expiring", expires=6.0, priority=10),
         Spec("sm.leading", payload="first", edge="leading"),
         Spec("sm.both", payload="replace", edge="both"),
+        Spec("sm.keyrated", payload="first", window=2.0, max_wait=6.0, key_rate=(2, 60.0)),
+        Spec(
+            "sm.keydropped",
+            payload="replace",
+            window=2.0,
+            max_wait=6.0,
+            key_rate=(1, 30.0),
+            drop=True,
+        ),
     )
 }
 
@@ -102,6 +113,10 @@ def _options(spec: Spec) -> dict[str, Any]:
         capacity, period = spec.rate
         options["rate_limit"] = f"{capacity}/{int(period)}s"
         options["on_excess"] = "drop" if spec.drop else "defer"
+    if spec.key_rate is not None:
+        capacity, period = spec.key_rate
+        options["rate_limit_per_key"] = f"{capacity}/{int(period)}s"
+        options["on_excess"] = "drop" if spec.drop else "defer"
     if spec.concurrency is not None:
         options["concurrency"] = spec.concurrency
     if spec.expires is not None:
@@ -146,6 +161,7 @@ class LogicalWorker:
 
     name: str
     concurrency: int
+    batched: bool = False  # successes wait in the worker's SuccessBatch (decision 120)
     generation: int = 0
     worker: Worker = field(init=False)
     running: list[Job] = field(default_factory=list)  # handed to a thread, outcome pending
@@ -167,7 +183,7 @@ class LogicalWorker:
             lease=LEASE,
             prefetch=4,
             handle_signals=False,
-            success_flush_interval=0,
+            success_flush_interval=60 if self.batched else 0,
         )
         self.running, self.waiting = [], []
 
@@ -214,3 +230,27 @@ def db_letters() -> list[tuple[int | None, str, list[Any], bool, str]]:
         (letter.job_id, letter.task_name, letter.args, letter.retried_at is not None, letter.reason)
         for letter in DeadLetter.objects.order_by("pk")
     ]
+
+
+class Env:
+    """What the machine needs from the test: the clock mover and the registered tasks."""
+
+    clock: Callable[..., dt.datetime]
+    tasks: dict[str, Any]
+    steps = 0
+    examples = 0
+    #: What happened, summed over the run (printed at the end: the machine did reach these).
+    seen: Counter[str] = Counter()
+    #: ``(example, step, message)`` of the first violation (before Hypothesis shrinks it).
+    first: tuple[int, int, str] | None = None
+
+    @classmethod
+    def note_violation(cls, message: str) -> None:
+        if cls.first is None:
+            cls.first = (cls.examples, cls.steps, message)
+            # Straight to the terminal: shrinking may outlast the test's timeout.
+            print(
+                f"\nfirst violation: example {cls.examples}, step {cls.steps}: {message}",
+                file=sys.__stderr__,
+                flush=True,
+            )

@@ -66,7 +66,7 @@ def compare(
 
 def _letter_key(letter: tuple, model: Model) -> tuple:
     job_id, task, args, retried, reason = letter
-    kind = reason.split(":", 1)[0]
+    kind = reason if reason.startswith("shed:") else reason.split(":", 1)[0]
     return (job_id, task, repr(args), retried, kind)
 
 
@@ -79,9 +79,10 @@ def check_drained(model: Model, now: float) -> None:
     """Raise unless every due READY job left after a drain at ``now`` is held for a reason.
 
     Allowed reasons: a run of its debounce key is in flight (§4.5); its
-    concurrency cap is full (a job of the task RUNNING); its rate bucket may be
-    short of a token (a start of the task in the last period: weaker than the
-    exact bucket, whose float refill the model does not follow).
+    concurrency cap is full (a job of the task RUNNING); a defer-mode bucket of
+    it, the task's or its key's, may be short of a token (a start of that bucket
+    in the last period: weaker than the exact bucket, whose float refill the
+    model does not follow).
     """
     for job in model.jobs.values():
         if job.status != READY or job.run_at > now:
@@ -93,10 +94,8 @@ def check_drained(model: Model, now: float) -> None:
             other.task == job.task and other.status == RUNNING for other in model.jobs.values()
         ):
             continue
-        if spec.rate is not None and not spec.drop:
-            period = spec.rate[1]
-            if any(now - period < t <= now for t in model.starts.get(job.task, [])):
-                continue
+        if model.buckets.may_wait(spec, job, now):
+            continue
         raise ViolationError(
             f"after a drain at {now}: #{job.id} ({job.task}) is due and was not taken"
         )

@@ -11,119 +11,41 @@ against the rules that must hold when a job is claimed and when it starts
 (:meth:`Model.check_claim`, :meth:`Model.hand_over`).
 
 What it does not model: CoDel, circuit breakers, dependencies, priorities
-(every job has priority 0) and Redis buckets; see README.md.
+(every job has priority 0) and a Redis outage; see README.md.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
-READY, RUNNING, SUCCESSFUL, FAILED = "READY", "RUNNING", "SUCCESSFUL", "FAILED"
-EXPIRED, SHED, CANCELLED = "EXPIRED", "SHED", "CANCELLED"
-FINISHED = frozenset({SUCCESSFUL, FAILED, EXPIRED, SHED, CANCELLED})
-
-
-class ViolationError(AssertionError):
-    """The package did something the contract does not allow."""
-
-    #: Called with the message of every violation raised (the test notes the first one's step).
-    on_raise: ClassVar[Callable[[str], None] | None] = None
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        if ViolationError.on_raise is not None:
-            ViolationError.on_raise(message)
-
-
-@dataclass(frozen=True)
-class Spec:
-    """One task of the machine, as the model knows it (mirrors the registration in ``harness``)."""
-
-    name: str
-    payload: str = "none"  # "first", "replace", "merge" (debounced), "unique", "none"
-    window: float = 10.0
-    max_wait: float = 30.0
-    rate: tuple[int, float] | None = None  # (capacity, period seconds)
-    drop: bool = False
-    concurrency: int | None = None
-    expires: float | None = None
-    priority: int = 0  # claim order only, which the model does not judge
-    max_retries: int = 2
-    min_backoff: float = 5.0
-    max_backoff: float = 20.0
-    edge: str = "trailing"  # debounce_edge: "trailing", "leading", "both" (decision 180)
-
-    @property
-    def debounced(self) -> bool:
-        return self.payload in ("first", "replace", "merge")
-
-    @property
-    def gated(self) -> bool:
-        return self.rate is not None or self.concurrency is not None
-
-    def args(self, key: str, call: int) -> list[Any]:
-        """Return the JSON form of one call's arguments."""
-        if self.payload == "merge":
-            return [key, [call]]
-        if self.payload == "none":
-            return [call]
-        return [key, call]
-
-    def backoff(self, attempts: int) -> float:
-        """The retry delay after run number ``attempts`` failed (jitter off)."""
-        return min(self.max_backoff, self.min_backoff * 2 ** max(0, attempts - 1))
+from .buckets import Buckets
+from .edges import EdgeRules
+from .records import (
+    CANCELLED,
+    EXPIRED,
+    FAILED,
+    FINISHED,
+    READY,
+    RUNNING,
+    SHED,
+    SUCCESSFUL,
+    MJob,
+    MLetter,
+    Spec,
+    ViolationError,
+)
 
 
 @dataclass
-class MJob:
-    """The model of one job row."""
-
-    id: int
-    task: str
-    key: str | None
-    payload: list[Any]
-    run_at: float
-    status: str = READY
-    open: bool = False
-    opened_at: float | None = None
-    max_run_at: float | None = None
-    last_call: float | None = None  # ``last_enqueued_at``: an edge burst's last call
-    enqueue_count: int = 1
-    attempts: int = 0
-    max_retries: int = 2
-    expires_at: float | None = None
-    worker: str = ""
-    lease_until: float | None = None
-    finished_at: float | None = None
-    started_at: float | None = None
-    started_before: float | None = None  # ``started_at`` before the current claim
-    started: bool = False  # the current claim's run has started (its body may run)
-    runs: int = 0  # bodies run to an outcome
-
-
-@dataclass
-class MLetter:
-    """The model of one dead letter."""
-
-    job_id: int
-    task: str
-    args: list[Any]
-    kind: str  # "failed", "shed"
-    retried: bool = False
-
-
-@dataclass
-class Model:
+class Model(EdgeRules):
     """The whole expected state, and the rules that judge what the package chose."""
 
     specs: dict[str, Spec]
     lease: float = 60.0
     jobs: dict[int, MJob] = field(default_factory=dict)
     letters: list[MLetter] = field(default_factory=list)
-    starts: dict[str, list[float]] = field(default_factory=dict)  # per rated task
-    takes: dict[str, list[float]] = field(default_factory=dict)  # per drop task: token takes
+    buckets: Buckets = field(default_factory=Buckets)  # rate limits, task-wide and per key
     running: dict[int, str] = field(default_factory=dict)  # started, alive: job -> worker
     now: float = 0.0  # the instant of the call being predicted (the edge rules read it)
 
@@ -186,86 +108,6 @@ class Model:
                 job.payload = [job.payload[0], ids + [i for i in args[1] if i not in ids]]
         return job
 
-    # -- edges (decision 180) ----------------------------------------------------------------
-    def _burst(self, spec: Spec, key: str) -> list[MJob]:
-        """The rows of the key's burst open at :attr:`now`, newest first, else ``[]``."""
-        rows = sorted(
-            (
-                job
-                for job in self.jobs.values()
-                if job.task == spec.name
-                and job.key == key
-                and job.max_run_at is not None
-                and job.max_run_at > self.now
-            ),
-            key=lambda job: -job.id,
-        )
-        if not rows:
-            return []
-        newest = rows[0]
-        assert newest.last_call is not None and newest.max_run_at is not None
-        closes = min(newest.last_call + spec.window, newest.max_run_at)
-        if newest.status in (FAILED, CANCELLED, EXPIRED, SHED) or self.now >= closes:
-            return []
-        same = [
-            job
-            for job in rows[1:]
-            if (job.opened_at, job.max_run_at) == (newest.opened_at, newest.max_run_at)
-        ]
-        return [newest, *same]
-
-    def _predict_edge(self, spec: Spec, key: str) -> tuple[str, int | None]:
-        burst = self._burst(spec, key)
-        if not burst:
-            return "created", None  # a new burst: its leading job
-        newest = burst[0]
-        if spec.edge == "leading" or (len(burst) > 1 and newest.open):
-            return "debounced", newest.id  # swallowed, or gathered by the trailing job
-        return "created", None  # the burst's trailing job
-
-    def _apply_edge(
-        self, spec: Spec, key: str, args: list[Any], now: float, outcome: str, job_id: int
-    ) -> MJob:
-        burst = self._burst(spec, key)
-        if outcome == "debounced":
-            job = self.jobs[job_id]
-            job.enqueue_count += 1
-            job.last_call = now
-            if spec.edge == "both":  # the trailing job slides (§4.2)
-                assert job.max_run_at is not None
-                job.run_at = min(now + spec.window, job.max_run_at)
-                if spec.payload == "replace":
-                    job.payload = args
-            return job
-        for other in self.jobs.values():  # the new job takes the key's window
-            if other.task == spec.name and other.key == key:
-                other.open = False
-        if burst:  # the trailing job: the burst's opening and ceiling
-            lead = burst[0]
-            assert lead.opened_at is not None and lead.max_run_at is not None
-            opened, ceiling = lead.opened_at, lead.max_run_at
-            run_at = min(now + spec.window, ceiling)
-        else:
-            opened, ceiling, run_at = now, now + spec.max_wait, now
-        if job_id in self.jobs:
-            raise ViolationError(
-                f"enqueue {spec.name}[{key}] created #{job_id}, an id already used"
-            )
-        job = MJob(
-            id=job_id,
-            task=spec.name,
-            key=key,
-            payload=args,
-            run_at=run_at,
-            open=True,
-            opened_at=opened,
-            max_run_at=ceiling,
-            last_call=now,
-            max_retries=spec.max_retries,
-        )
-        self.jobs[job_id] = job
-        return job
-
     # -- claim and start ---------------------------------------------------------------------
     def check_claim(
         self,
@@ -289,16 +131,29 @@ class Model:
             if job.expires_at is None or job.expires_at > now:
                 raise ViolationError(f"claim at {now} expired #{pk}, expires at {job.expires_at}")
             self._end(job, EXPIRED, now)
-        taken_now = [pk for pk in claimed if self.specs[self.jobs[pk].task].drop]
+        taken_now = {
+            scope
+            for pk in claimed
+            if pk in self.jobs
+            for scope, _, _ in self.buckets.scopes(self.specs[self.jobs[pk].task], self.jobs[pk])
+        }
         for pk in shed:
             job = self._ready(pk, now, "shed by a claim")
             spec = self.specs[job.task]
             if not spec.drop:
                 raise ViolationError(f"claim at {now} shed #{pk} of {job.task}, not a drop task")
-            if not (taken_now or self._recent_take(job.task, now)):
-                raise ViolationError(f"claim at {now} shed #{pk}: its bucket had a token")
+            reason = self.buckets.shed_reason(spec, job, now, taken_now)
+            if reason is None:
+                takes = {
+                    scope: self.buckets.takes.get(scope)
+                    for scope, _, _ in Buckets.scopes(spec, job)
+                }
+                raise ViolationError(
+                    f"claim at {now} shed #{pk} ({job.task}[{job.key}]): its buckets had a "
+                    f"token (takes {takes}, claimed {claimed}, shed {shed})"
+                )
             self._end(job, SHED, now)
-            self.letters.append(MLetter(pk, job.task, list(job.payload), "shed"))
+            self.letters.append(MLetter(pk, job.task, list(job.payload), reason))
         keys: set[tuple[str, str]] = set()
         for pk in claimed:
             job = self._ready(pk, now, "claimed")
@@ -312,13 +167,16 @@ class Model:
                         f"claim at {now} took #{pk} while its key {job.key} was held"
                     )
                 keys.add((job.task, job.key))
-            if spec.drop:
-                if self._recent_take(job.task, now):
-                    raise ViolationError(f"claim at {now} took #{pk}: its bucket had no token")
-                self.takes.setdefault(job.task, []).append(now)
+            refused = self.buckets.take(spec, job, now)
+            if refused is not None:
+                raise ViolationError(f"claim at {now} took #{pk} of {job.task}: {refused}")
             job.status, job.open, job.worker = RUNNING, False, worker
             job.lease_until, job.attempts, job.started = now + self.lease, job.attempts + 1, False
             job.started_before, job.started_at = job.started_at, now
+
+    def letters_of(self, pk: int) -> str:
+        """The kinds of ``pk``'s dead letters, joined (for the run's counters)."""
+        return " ".join(letter.kind for letter in self.letters if letter.job_id == pk)
 
     def _ready(self, pk: int, now: float, what: str) -> MJob:
         job = self.jobs.get(pk)
@@ -326,12 +184,6 @@ class Model:
             state = None if job is None else (job.status, job.run_at)
             raise ViolationError(f"#{pk} {what} at {now} but the model has it {state}")
         return job
-
-    def _recent_take(self, task: str, now: float) -> bool:
-        """True if the task's one-token bucket (``1/period``) is empty at ``now``."""
-        spec = self.specs[task]
-        assert spec.rate is not None and spec.rate[0] == 1, "drop tasks use a 1-token bucket"
-        return any(now - t < spec.rate[1] for t in self.takes.get(task, []))
 
     def _key_held(self, job: MJob, now: float, before: dict[int, Any]) -> bool:
         for other in self.jobs.values():
@@ -348,8 +200,9 @@ class Model:
         """Judge the hand-over of a claimed job to a thread at ``now`` (§6, decision 146).
 
         Past its expiry it must not start (EXPIRED, attempt taken back); a start
-        must keep the task's concurrency cap and its rate (starts in any
-        interval ``[a, b]`` at most capacity + refill over ``b - a``).
+        must keep the task's concurrency cap and its rates, task-wide and per
+        key (starts of a bucket in any interval ``[a, b]`` at most capacity +
+        refill over ``b - a``; :meth:`.Buckets.start`).
         """
         job = self.jobs[pk]
         if job.status != RUNNING or job.worker != worker or job.started:
@@ -372,16 +225,9 @@ class Model:
             alive = sum(1 for other in self.running if self.jobs[other].task == job.task)
             if alive > spec.concurrency:
                 raise ViolationError(f"#{pk} started at {now}: {alive} runs of {job.task} at once")
-        if spec.rate is not None and not spec.drop:
-            starts = self.starts.setdefault(job.task, [])
-            starts.append(now)
-            capacity, period = spec.rate
-            for first in starts:
-                count = sum(1 for t in starts if first <= t <= now)
-                if count > capacity + capacity * (now - first) / period + 1e-9:
-                    raise ViolationError(
-                        f"{job.task}: {count} starts in [{first}, {now}], rate {capacity}/{period}s"
-                    )
+        broken = self.buckets.start(spec, job, now)
+        if broken is not None:
+            raise ViolationError(f"#{pk} started at {now}: {broken}")
 
     # -- outcomes ----------------------------------------------------------------------------
     def finish(self, pk: int, ok: bool, now: float) -> None:
@@ -463,3 +309,20 @@ class Model:
             and other.lease_until > now
             for other in self.jobs.values()
         )
+
+
+__all__ = [
+    "CANCELLED",
+    "EXPIRED",
+    "FAILED",
+    "FINISHED",
+    "READY",
+    "RUNNING",
+    "SHED",
+    "SUCCESSFUL",
+    "MJob",
+    "MLetter",
+    "Model",
+    "Spec",
+    "ViolationError",
+]

@@ -17,7 +17,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 import random
-import sys
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -39,10 +38,11 @@ from hypothesis.stateful import (
 
 from django_debounce.claim import gated as gated_claim
 from django_debounce.enqueueing.bulk import enqueue_many
-from django_debounce.models import DeadLetter, Job, QueueState, TaskState
+from django_debounce.models import DeadLetter, Job, KeyBucket, QueueState, TaskState
 from django_debounce.ops import retention
 from django_debounce.run import leases
 from django_debounce.run.execution import run_job
+from tests.redis_support import cache_url, delete_test_keys, key_prefix, require_redis
 
 from .harness import (
     FAIL,
@@ -50,6 +50,7 @@ from .harness import (
     ODD,
     RUNS,
     SPECS,
+    Env,
     LogicalWorker,
     db_jobs,
     db_letters,
@@ -62,7 +63,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 EXAMPLES = int(os.environ.get("DEBOUNCE_SM_EXAMPLES", "50"))
 STEPS = int(os.environ.get("DEBOUNCE_SM_STEPS", "60"))
+#: ``DEBOUNCE_SM_REDIS=1``: the rate-limit buckets (task-wide and per key) in Redis.
+REDIS = os.environ.get("DEBOUNCE_SM_REDIS") == "1"
 NAMES = sorted(SPECS)
+#: The tasks limited per key: a rule of their own calls them often enough for keys to run out.
+KEYED = sorted(name for name, spec in SPECS.items() if spec.key_rate is not None)
 KEYS = ["k1", "k2", "k3"]
 #: Clock moves: small ones inside a window, large ones past windows, ceilings and expiries.
 STEP_SIZES = [0.5, 1.0, 3.0, 7.0, 12.0, 31.0, 45.0]
@@ -75,37 +80,15 @@ class _RollbackError(Exception):
     """Raised inside ``transaction.atomic()`` to roll the calls back."""
 
 
-class Env:
-    """What the machine needs from the test: the clock mover and the registered tasks."""
-
-    clock: Callable[..., dt.datetime]
-    tasks: dict[str, Any]
-    steps = 0
-    examples = 0
-    #: What happened, summed over the run (printed at the end: the machine did reach these).
-    seen: Counter[str] = Counter()
-    #: ``(example, step, message)`` of the first violation (before Hypothesis shrinks it).
-    first: tuple[int, int, str] | None = None
-
-    @classmethod
-    def note_violation(cls, message: str) -> None:
-        if cls.first is None:
-            cls.first = (cls.examples, cls.steps, message)
-            # Straight to the terminal: shrinking may outlast the test's timeout.
-            print(
-                f"\nfirst violation: example {cls.examples}, step {cls.steps}: {message}",
-                file=sys.__stderr__,
-                flush=True,
-            )
-
-
 class JobMachine(RuleBasedStateMachine):
     """The package driven by Hypothesis, checked against :class:`~.model.Model` after each step."""
 
     @initialize()
     def start(self) -> None:
-        for model in (Job, DeadLetter, TaskState, QueueState):
+        for model in (Job, DeadLetter, TaskState, QueueState, KeyBucket):
             model.objects.all().delete()
+        if REDIS:  # the buckets of the last example
+            delete_test_keys(cache_url(), key_prefix())
         RUNS.clear()
         FAIL.clear()
         ODD.clear()
@@ -114,7 +97,7 @@ class JobMachine(RuleBasedStateMachine):
         Env.examples += 1
         self.model = Model(dict(SPECS), lease=LEASE.total_seconds())
         self.workers = [LogicalWorker("a", 1), LogicalWorker("b", 2)]
-        self.drainer = LogicalWorker("drain", 8)
+        self.drainer = LogicalWorker("drain", 8, batched=True)
         self.calls = 0
         #: Runs of killed workers, still going in a process cut off from the database (a
         #: partition, not a kill): their late outcomes must be discarded (§11).
@@ -162,6 +145,10 @@ class JobMachine(RuleBasedStateMachine):
             w.worker_id, [job.pk for job in jobs], expired, shed, self.now, start_now
         )
         Env.seen.update(claimed=len(jobs), expired_at_claim=len(expired), shed=len(shed))
+        Env.seen.update(f"shed_{self.model.jobs[pk].task}" for pk in shed)
+        Env.seen.update(
+            key_rated_claimed=sum(1 for job in jobs if SPECS[job.task_name].key_rate is not None)
+        )
         Env.seen.update(claimed_ahead=max(0, len(jobs) - start_now))
         for job in jobs:  # what the claim returned is what runs (§4.5, decision 146)
             want = self.model.jobs[job.pk].payload
@@ -188,7 +175,8 @@ class JobMachine(RuleBasedStateMachine):
             FAIL.add(job.pk)
         elif odd:  # an odd result is a success like any other, stored as its repr
             ODD.add(job.pk)
-        run_job(job, worker_id=w.worker_id, using="default", retry_for=LEASE, successes=None)
+        batch = w.worker._successes if w.batched else None
+        run_job(job, worker_id=w.worker_id, using="default", retry_for=LEASE, successes=batch)
         mjob = self.model.jobs[job.pk]
         ran = RUNS[-1]
         if ran != (job.pk, mjob.attempts, mjob.payload):
@@ -197,13 +185,33 @@ class JobMachine(RuleBasedStateMachine):
             )
         self.model.finish(job.pk, ok, self.now)
         Env.seen["succeeded" if ok else "failed"] += 1
-        self._pump(w)
+        if not w.batched:
+            self._pump(w)
 
     # -- rules -------------------------------------------------------------------------------
     @rule(task=st.sampled_from(NAMES), key=st.sampled_from(KEYS))
     def enqueue(self, task: str, key: str) -> None:
         args = self._call(task, key)
         self._apply(task, key, args, Env.tasks[task].apply_async(args=args))
+
+    @rule(
+        task=st.sampled_from(KEYED),
+        calls=st.lists(
+            st.tuples(st.sampled_from(KEYS[:2]), st.sampled_from(STEP_SIZES[:4])),
+            min_size=1,
+            max_size=4,
+        ),
+    )
+    def key_burst(self, task: str, calls: list[tuple[str, float]]) -> None:
+        """Calls of a task limited per key (decision 189), each followed by a wait, a claim by
+        worker ``b`` and its runs' ends: a key soon runs out of tokens while the other has some."""
+        w = self.workers[1]
+        for key, wait in calls:
+            self.enqueue(task, key)
+            self._advance(wait)
+            self._claim(w, 2)
+            while w.running:
+                self._finish(w, 0, True)
 
     @rule(
         calls=st.lists(
@@ -333,12 +341,24 @@ class JobMachine(RuleBasedStateMachine):
             jobs = self._claim(w, 8)
             while w.running:
                 self._finish(w, 0, True)
+            pending = len(w.worker._successes)
+            written = w.worker._successes.flush()  # one UPDATE for the round's successes
+            if written != pending:
+                raise ViolationError(
+                    f"drain at {self.now}: {written} of {pending} successes written"
+                )
+            Env.seen["batched_successes"] += written
             changed = any(
                 self.model.jobs[pk].status != s for pk, s in before.items() if pk in self.model.jobs
             )
             if not jobs and not changed:
                 break
         check_drained(self.model, self.now)
+        Env.seen["left_waiting_for_a_key_token"] += sum(
+            1
+            for job in self.model.jobs.values()
+            if job.status == READY and job.run_at <= self.now and SPECS[job.task].key_rate
+        )
 
     @precondition(
         lambda self: connection.vendor in ("postgresql", "mysql") and bool(self._raceable())
@@ -401,6 +421,9 @@ class JobMachine(RuleBasedStateMachine):
 def test_job_state_machine(clock: Callable[..., dt.datetime], settings: Any) -> None:
     """Run the machine under the CI budget (or ``DEBOUNCE_SM_*``); print the seed to replay it."""
     settings.DEBOUNCE_BACKOFF_JITTER = False
+    if REDIS:
+        require_redis()
+        settings.DEBOUNCE_REDIS = "redis"
     seed = int(os.environ.get("DEBOUNCE_SM_SEED") or random.randrange(2**32))
     Env.clock, Env.steps, Env.examples, Env.seen, Env.first = clock, 0, 0, Counter(), None
     ViolationError.on_raise = Env.note_violation
@@ -420,7 +443,8 @@ def test_job_state_machine(clock: Callable[..., dt.datetime], settings: Any) -> 
             run_state_machine_as_test(hypothesis.seed(seed)(JobMachine), settings=budget)
         finally:
             print(
-                f"job state machine on {connection.vendor}: {Env.examples} example(s), "
+                f"job state machine on {connection.vendor}{' with Redis' if REDIS else ''}: "
+                f"{Env.examples} example(s), "
                 f"{Env.steps} step(s); replay with DEBOUNCE_SM_SEED={seed}; "
                 f"seen: {dict(sorted(Env.seen.items()))}"
             )

@@ -19,6 +19,9 @@ from django_debounce.claim.claiming import claim_jobs
 from django_debounce.exceptions import ConfigurationError
 from django_debounce.flow import hold_reasons, redis_buckets
 from django_debounce.flow.key_rates import PRUNE_BATCH, prune_full
+from django_debounce.flow.redis_buckets import Level
+from django_debounce.flow.redis_key_buckets import key_store, scoped
+from django_debounce.flow.throttle import bucket_for
 from django_debounce.models import DeadLetter, Job, KeyBucket
 from django_debounce.ops.status import collect_status, render_status
 from django_debounce.run.outcomes import record_success
@@ -175,7 +178,7 @@ def test_waiting_keys_do_not_starve_other_jobs(clock, keyed):
 
 @pytest.fixture(params=["database", "redis"])
 def task_store(request, settings) -> Iterator[str]:
-    """The task-wide bucket in the database, or in Redis (the per-key buckets stay in the database)."""
+    """The buckets in the database, or in Redis (the task-wide and the per-key ones, decision 193)."""
     if request.param == "database":
         yield "database"
         return
@@ -200,8 +203,14 @@ def test_a_refusal_per_key_takes_no_task_wide_token(clock, task_store):
         assert call_then_claim(clock, created, 1, 1, keys=("acme",)) == []  # the key's bucket
         assert call_then_claim(clock, created, 2, 2, keys=("bolt",)) == [("bolt", 2)]
         assert call_then_claim(clock, created, 3, 3, keys=("cara",)) == []  # the task's bucket
-        # In the database either way; cara's, made full and never taken from, is pruned.
+        # The rows of acme and bolt, waiting for a token. In the database, cara's, made full
+        # and never taken from, is pruned; in Redis, its bucket was never touched (the task's
+        # empty bucket kept the job out of the claim's candidates).
         assert KeyBucket.objects.filter(task_name="kr.both").count() == 2
+        if task_store == "redis":
+            cara = Job.objects.get(task_name="kr.both", debounce_key="cara").key_hash
+            name = scoped(("kr.both", cara))
+            assert key_store().levels({name: bucket_for("1/h")})[name] == Level(None, None)
     finally:
         registry.unregister("kr.both")
 

@@ -7,7 +7,8 @@ without the limit each key would run about 15 times a second; with
 any two starts ``a <= b`` of one key, the starts in ``[a, b]`` are at most
 ``2 + 2 * (b - a)`` (``tests/soak_checks.worst_rate_interval``, the rule the
 task-wide bucket's accuracy test asserts). Starts are the jobs' ``started_at``,
-the claim's instant, which is the bucket's clock.
+the claim's instant, which is the bucket's clock. It runs with the buckets in the
+database and, ``DEBOUNCE_REDIS`` set in both workers, in Redis (decision 193).
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 
 from django_debounce.flow.throttle import bucket_for
 from django_debounce.models import Job
 from tests.conftest import child_env
 from tests.procs import processes, wait_for
+from tests.redis_support import cache_url, delete_test_keys, key_prefix, require_redis
 from tests.soak_checks import worst_rate_interval
 from tests.testapp import tasks_keyrate
 from tests.testapp.models import CallLog
@@ -39,9 +42,25 @@ def keyed() -> Iterator[Any]:
     tasks_keyrate.unregister()
 
 
-def test_each_keys_rate_holds_across_two_workers(tmp_path, keyed):
+@pytest.fixture(params=["database", "redis"])
+def store_env(request) -> Iterator[dict[str, str]]:
+    """The workers' environment: the buckets per key in the database, or in Redis."""
+    if request.param == "database":
+        yield child_env(DEBOUNCE_KEYRATE_TASKS="1")
+        return
+    require_redis()
+    yield child_env(
+        DEBOUNCE_KEYRATE_TASKS="1",
+        DEBOUNCE_TEST_REDIS="1",
+        DEBOUNCE_TEST_REDIS_URL=cache_url(),
+        DEBOUNCE_TEST_REDIS_PREFIX=key_prefix(),
+    )
+    delete_test_keys(cache_url(), key_prefix())
+
+
+def test_each_keys_rate_holds_across_two_workers(tmp_path, keyed, store_env):
     bucket = bucket_for(tasks_keyrate.OPTIONS["rate_limit_per_key"])
-    with processes(tmp_path, child_env(DEBOUNCE_KEYRATE_TASKS="1")) as procs:
+    with processes(tmp_path, store_env) as procs:
         workers = [procs.worker("--concurrency", "2", name=f"worker-{i}") for i in range(2)]
         wait_for(
             lambda: all("starting" in w.stderr() for w in workers),
@@ -54,6 +73,11 @@ def test_each_keys_rate_holds_across_two_workers(tmp_path, keyed):
                 keyed.delay(key, n)
             n += 1
             time.sleep(0.02)
+        if "DEBOUNCE_TEST_REDIS" in store_env:  # each key's bucket is in Redis (1 s TTL)
+            found = redis.Redis.from_url(cache_url()).scan_iter(
+                match=f"{key_prefix()}:*keybucket:{tasks_keyrate.NAME}:*"
+            )
+            assert len(list(found)) == len(KEYS)
         time.sleep(0.5)
         for worker in workers:
             worker.send(signal.SIGTERM)
