@@ -264,7 +264,8 @@ def test_everything_at_once_keeps_the_contract(tmp_path, attack_task, mode):
     reason="a held progress note with a lone surrogate makes ProgressReporter.flush "
     "(progress.py:209, from run/execution.py:159) raise UnicodeEncodeError, which is no "
     "DatabaseError: the worker thread logs 'worker thread failed', the success is never "
-    "recorded, the lease lapses and the job that returned is run again, then dead-lettered",
+    "recorded, the lease lapses and the job that returned runs again, max_retries + 1 times "
+    "(4 here: enqueued by name, the default 3), then is dead-lettered 'lease expired'",
 )
 def test_a_task_that_returned_is_recorded_once_whatever_note_it_reported(tmp_path):
     from django_debounce import enqueue
