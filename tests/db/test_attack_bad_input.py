@@ -122,3 +122,37 @@ def test_a_window_action_refuses_a_now_that_is_not_an_aware_datetime(action, now
 def test_windows_for_a_single_str_is_refused():
     with pytest.raises(DebounceError):
         win.windows_for("k:1")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="set_progress accepts any str as the note (progress.py:117) and debounce_status "
+    "prints it raw (ops/running_progress.py:57): a newline breaks the one-line-per-job "
+    "layout and an escape sequence reaches the operator's terminal",
+)
+def test_a_progress_note_with_control_characters_stays_on_its_status_line(clock):
+    import io
+
+    from tests.conftest import T
+    from tests.factories import JobFactory
+
+    job = JobFactory(
+        status=Job.Status.RUNNING,
+        worker_id="w1",
+        attempts=1,
+        started_at=T - dt.timedelta(seconds=5),
+        lease_expires_at=T + dt.timedelta(seconds=60),
+        task_name="reports.build",
+        progress_done=1,
+        progress_total=2,
+        progress_note="page 1\nfake line\x1b[2J\r",
+        progress_at=T,
+    )
+    out = io.StringIO()
+    call_command("debounce_status", stdout=out)
+    text = out.getvalue()
+    assert "\x1b[2J" not in text and "\r" not in text
+    lines = text.splitlines()
+    at = lines.index("running jobs with progress")
+    assert lines[at + 1].split()[0] == f"#{job.pk}"
+    assert "fake line" not in lines[at + 2]  # the note did not start a line of its own
