@@ -36,6 +36,16 @@ from tests.testapp.models import CallLog
 pytestmark = [pytest.mark.row_locks, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 KEYS = 6
+#: A schedule in settings that every worker defers, each second, into key k0's bursts.
+SCHEDULES = {
+    "atk-each-second": {
+        "task": tasks_attack.NAME,
+        "cron": "* * * * * *",
+        "args": ["k0"],
+        "kwargs": {"producer": 99, "seq": 1},
+        "overlap": True,
+    }
+}
 Status = Job.Status
 
 
@@ -47,7 +57,10 @@ def attack_task():
 
 def _run_everything(tmp_path, mode: str = "kill") -> dict[str, Any]:
     env = child_env(
-        DEBOUNCE_ATTACK_TASKS="1", DEBOUNCE_TEST_LEASE="2s", DEBOUNCE_TEST_PREFETCH="4"
+        DEBOUNCE_ATTACK_TASKS="1",
+        DEBOUNCE_TEST_LEASE="2s",
+        DEBOUNCE_TEST_PREFETCH="4",
+        DEBOUNCE_TEST_SCHEDULES=json.dumps(SCHEDULES),
     )
     with processes(tmp_path, env) as procs:
         options = ("--concurrency", "3", "--poll-interval", "0.05")
@@ -161,7 +174,7 @@ def test_everything_at_once_keeps_the_contract(tmp_path, attack_task, mode):
                    "could not write the progress", "late_result", "Fatal"):
         if marker in run["stderr"]:
             at = run["stderr"].index(marker)
-            problems.append(f"a worker logged {marker!r}: {run['stderr'][at - 300 : at + 1500]}")
+            problems.append(f"a worker logged {marker!r}: {run['stderr'][max(0, at - 300) : at + 2500]}")
 
     jobs = {j.pk: j for j in Job.objects.filter(task_name=tasks_attack.NAME)}
     runs = list(CallLog.objects.filter(task=tasks_attack.NAME).order_by("started_at"))
@@ -257,6 +270,19 @@ def test_everything_at_once_keeps_the_contract(tmp_path, attack_task, mode):
                     f"job {job.pk}: progress {job.progress_note!r} is not its latest run's ({want})"
                 )
 
+    # 6b. One job per tick, every tick's job a job of the task (decision 209).
+    from django_debounce.periodic_ticks import PeriodicTick
+
+    ticks = list(PeriodicTick.objects.filter(schedule="atk-each-second"))
+    if not ticks:
+        problems.append("no tick of the settings schedule was deferred")
+    for tick in ticks:
+        if tick.job_id is not None and tick.job_id not in jobs:
+            problems.append(f"tick {tick.tick} names job {tick.job_id}, not a job of the task")
+    tick_runs = [r for r in runs if r.payload["kwargs"].get("producer") == 99]
+    if len(tick_runs) > len(ticks):
+        problems.append(f"{len(tick_runs)} runs of tick calls for {len(ticks)} ticks")
+
     # 7. Every job ended in a state the contract allows.
     letters = set(DeadLetter.objects.values_list("job_id", flat=True))
     counts: dict[str, int] = defaultdict(int)
@@ -271,7 +297,8 @@ def test_everything_at_once_keeps_the_contract(tmp_path, attack_task, mode):
     print(
         f"\n[attack] {len(jobs)} jobs {dict(counts)}, {len(runs)} runs, "
         f"{len(run['driver']['actions'])} driver actions, "
-        f"{len(run['driver']['contention'])} Job.cancel() deadlocks (known)"
+        f"{len(run['driver']['contention'])} Job.cancel() deadlocks (known), "
+        f"{len(ticks)} ticks {sorted({t.outcome for t in ticks})}"
     )
     assert problems == [], "\n".join(problems[:40])
 
