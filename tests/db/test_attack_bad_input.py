@@ -156,3 +156,16 @@ def test_a_progress_note_with_control_characters_stays_on_its_status_line(clock)
     at = lines.index("running jobs with progress")
     assert lines[at + 1].split()[0] == f"#{job.pk}"
     assert "fake line" not in lines[at + 2]  # the note did not start a line of its own
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Window(using=...) (ops/window_handles.py:94) checks the task name and the key "
+    "but not the alias: an unknown one raises Django's ConnectionDoesNotExist at the first "
+    "operation, not a package error at the handle",
+)
+def test_a_window_on_an_unknown_database_is_a_package_error():
+    from django_debounce.ops.window_handles import Window
+
+    with pytest.raises(DebounceError, match="nope"):
+        Window("atk.win", "k:1", using="nope").inspect()

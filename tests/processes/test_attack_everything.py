@@ -33,7 +33,7 @@ from tests.soak_checks import worst_rate_interval
 from tests.testapp import tasks_attack
 from tests.testapp.models import CallLog
 
-pytestmark = [pytest.mark.row_locks, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 KEYS = 6
 #: A schedule in settings that every worker defers, each second, into key k0's bursts.
@@ -269,6 +269,24 @@ def test_everything_at_once_keeps_the_contract(tmp_path, attack_task, mode):
                 problems.append(
                     f"job {job.pk}: progress {job.progress_note!r} is not its latest run's ({want})"
                 )
+
+    # 6a. A window the driver cancelled never ran; a job it cancelled READY never ran after.
+    runs_of: dict[int, list[CallLog]] = defaultdict(list)
+    for r in runs:
+        runs_of[r.job_id].append(r)
+    for action in run["driver"]["actions"]:
+        if action["op"] == "cancel" and action.get("reason") == "cancelled":
+            if runs_of.get(action["job_id"]) or jobs[action["job_id"]].status != Status.CANCELLED:
+                problems.append(
+                    f"window of job {action['job_id']} was cancelled, yet it ended "
+                    f"{jobs[action['job_id']].status} after {len(runs_of[action['job_id']])} run(s)"
+                )
+        if action["op"] == "job_cancel":
+            for pk in action["cancelled"]:
+                at = datetime.fromtimestamp(action["at"]).astimezone()
+                late = [r for r in runs_of.get(pk, []) if r.started_at > at]
+                if late or jobs[pk].status != Status.CANCELLED:
+                    problems.append(f"job {pk} was cancelled READY, then ran {len(late)} time(s)")
 
     # 6b. One job per tick, every tick's job a job of the task (decision 209).
     from django_debounce.periodic_ticks import PeriodicTick
