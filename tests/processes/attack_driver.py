@@ -94,9 +94,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             line = f"{op}: {type(exc).__module__}.{type(exc).__qualname__}: {exc}"
             # Job.cancel()'s raw deadlock on MariaDB is a known defect with its own test
             # (tests/db/ops/test_attack_cancel_contention.py); keep it apart.
-            (contention if op in ("job_cancel", "cancel_running") and "1213" in line else errors).append(line)
+            (
+                contention if op in ("job_cancel", "cancel_running") and "1213" in line else errors
+            ).append(line)
         time.sleep(rng.uniform(0.01, 0.06))
-    Path(options.out).write_text(json.dumps({"actions": actions, "errors": errors, "contention": contention}))
+    Path(options.out).write_text(
+        json.dumps({"actions": actions, "errors": errors, "contention": contention})
+    )
     return 0
 
 

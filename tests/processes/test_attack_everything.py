@@ -66,8 +66,11 @@ def _run_everything(tmp_path, mode: str = "kill") -> dict[str, Any]:
         options = ("--concurrency", "3", "--poll-interval", "0.05")
         pg_name = app_name("atk") if connection.vendor == "postgresql" else None
         workers = [
-            procs.worker(*options, name=f"worker-{i}", env={"DEBOUNCE_TEST_APP_NAME": pg_name}
-                         if i == 0 and pg_name else None)
+            procs.worker(
+                *options,
+                name=f"worker-{i}",
+                env={"DEBOUNCE_TEST_APP_NAME": pg_name} if i == 0 and pg_name else None,
+            )
             for i in range(2)
         ]
         wait_for(
@@ -125,9 +128,11 @@ def _run_everything(tmp_path, mode: str = "kill") -> dict[str, Any]:
         files["stop"].touch()
         assert driver.wait(60) == 0, driver.tail()
         wait_for(
-            lambda: not Job.objects.filter(
-                task_name=tasks_attack.NAME, status__in=[Status.READY, Status.RUNNING]
-            ).exists(),
+            lambda: (
+                not Job.objects.filter(
+                    task_name=tasks_attack.NAME, status__in=[Status.READY, Status.RUNNING]
+                ).exists()
+            ),
             timeout=90,
             what=lambda: (
                 "every job to end: "
@@ -170,11 +175,20 @@ def test_everything_at_once_keeps_the_contract(tmp_path, attack_task, mode):
         problems.append(f"producer errors: {errors[:5]}")
     if run["driver"]["errors"]:
         problems.append(f"driver errors: {run['driver']['errors'][:5]}")
-    for marker in ("worker thread failed", "IntegrityError", "DataError", "ProgrammingError",
-                   "could not write the progress", "late_result", "Fatal"):
+    for marker in (
+        "worker thread failed",
+        "IntegrityError",
+        "DataError",
+        "ProgrammingError",
+        "could not write the progress",
+        "late_result",
+        "Fatal",
+    ):
         if marker in run["stderr"]:
             at = run["stderr"].index(marker)
-            problems.append(f"a worker logged {marker!r}: {run['stderr'][max(0, at - 300) : at + 2500]}")
+            problems.append(
+                f"a worker logged {marker!r}: {run['stderr'][max(0, at - 300) : at + 2500]}"
+            )
 
     jobs = {j.pk: j for j in Job.objects.filter(task_name=tasks_attack.NAME)}
     runs = list(CallLog.objects.filter(task=tasks_attack.NAME).order_by("started_at"))
@@ -332,7 +346,9 @@ def test_everything_at_once_keeps_the_contract(tmp_path, attack_task, mode):
 def test_a_task_that_returned_is_recorded_once_whatever_note_it_reported(tmp_path):
     from django_debounce import enqueue
 
-    with processes(tmp_path, child_env(DEBOUNCE_ATTACK_TASKS="1", DEBOUNCE_TEST_LEASE="2s")) as procs:
+    with processes(
+        tmp_path, child_env(DEBOUNCE_ATTACK_TASKS="1", DEBOUNCE_TEST_LEASE="2s")
+    ) as procs:
         worker = procs.worker("--concurrency", "2", "--poll-interval", "0.05")
         wait_for(lambda: "starting" in worker.stderr(), timeout=60, what=worker.tail)
         job = enqueue("atk.note")

@@ -43,9 +43,7 @@ def everything(context: Any, key: str, producer: int = -1, seq: int = -1, seqs: 
         started_at=timezone.now(),
         payload={
             "args": [key],
-            "kwargs": {"producer": producer, "seq": seq}
-            if seqs is None
-            else {"seqs": seqs},
+            "kwargs": {"producer": producer, "seq": seq} if seqs is None else {"seqs": seqs},
             "attempt": job.attempts,
             "claim_started_at": job.started_at.isoformat() if job.started_at else None,
             "expires_at": job.expires_at.isoformat() if job.expires_at else None,

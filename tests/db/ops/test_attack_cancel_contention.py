@@ -41,7 +41,9 @@ def test_a_cancel_that_loses_a_deadlock_is_retried_or_a_package_error(monkeypatc
     def deadlocked_once(*args, **kwargs):
         if not lost:
             lost.append(1)
-            raise OperationalError(1213, "Deadlock found when trying to get lock; try restarting transaction")
+            raise OperationalError(
+                1213, "Deadlock found when trying to get lock; try restarting transaction"
+            )
         return real(*args, **kwargs)
 
     monkeypatch.setattr(windows, "cancel", deadlocked_once)
