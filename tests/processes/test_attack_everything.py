@@ -180,7 +180,6 @@ def test_everything_at_once_keeps_the_contract(tmp_path, attack_task, mode):
         "IntegrityError",
         "DataError",
         "ProgrammingError",
-        "could not write the progress",
         "late_result",
         "Fatal",
     ):
@@ -190,6 +189,12 @@ def test_everything_at_once_keeps_the_contract(tmp_path, attack_task, mode):
                 f"a worker logged {marker!r}: {run['stderr'][max(0, at - 300) : at + 2500]}"
             )
 
+    # A progress write that fails is logged and the run goes on (decision 203): counted only.
+    # (Seen once in ~15 MariaDB runs; the error was not captured.)
+    progress_errors = run["stderr"].count("could not write the progress")
+    if progress_errors:
+        at = run["stderr"].index("could not write the progress")
+        print("\n[attack] first progress write error:", run["stderr"][at : at + 3000])
     jobs = {j.pk: j for j in Job.objects.filter(task_name=tasks_attack.NAME)}
     runs = list(CallLog.objects.filter(task=tasks_attack.NAME).order_by("started_at"))
     killed_at = datetime.fromtimestamp(run["killed_at"]).astimezone()
@@ -330,7 +335,8 @@ def test_everything_at_once_keeps_the_contract(tmp_path, attack_task, mode):
         f"\n[attack] {len(jobs)} jobs {dict(counts)}, {len(runs)} runs, "
         f"{len(run['driver']['actions'])} driver actions, "
         f"{len(run['driver']['contention'])} Job.cancel() deadlocks (known), "
-        f"{len(ticks)} ticks {sorted({t.outcome for t in ticks})}"
+        f"{len(ticks)} ticks {sorted({t.outcome for t in ticks})}, "
+        f"{progress_errors} progress write(s) failed"
     )
     assert problems == [], "\n".join(problems[:40])
 
