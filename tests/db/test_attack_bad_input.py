@@ -86,11 +86,13 @@ def test_a_progress_note_with_a_nul_is_a_progress_error():
 @pytest.mark.xfail(
     strict=True,
     reason="conf/schedules.py:83 checks a schedule name's length only, not that a database "
-    "can store it: a NUL passes E047 and E048, then the tick's insert raises a raw DataError "
-    "on PostgreSQL (ops/periodic.py)",
+    "can store it: a NUL or a lone surrogate passes E047 and E048; then on PostgreSQL a NUL "
+    "makes the tick's insert raise a raw DataError out of PeriodicScheduler.defer_due, and a "
+    "surrogate fails every tick ('error')",
 )
-def test_a_settings_schedule_name_with_a_nul_is_refused_by_the_checks():
-    value = {"nightly\x00report": {"task": "atk.win", "cron": "* * * * *", "args": [1]}}
+@pytest.mark.parametrize("name", ["nightly\x00report", "nightly\ud800report"])
+def test_a_settings_schedule_name_with_a_nul_is_refused_by_the_checks(name):
+    value = {name: {"task": "atk.win", "cron": "* * * * *", "args": [1]}}
     with override_settings(DEBOUNCE_SCHEDULES=value):
         ids = [m.id for m in checks.run_checks() if (m.id or "").startswith("django_debounce.E04")]
         assert ids, "no check refused a schedule name no database can store"
