@@ -35,7 +35,7 @@ from . import edge_runs
 from .periodic import schedule_rows
 from .running_progress import progress_lines, progress_rows
 from .status_tasks import edge_lines, edge_rows, per_key_lines, per_key_rows
-from .text_width import cut_dotted, cut_end, cut_middle, display_width, pad
+from .text_width import cut_dotted, cut_end, cut_middle, display_width, pad, printable
 
 #: Open windows listed, busiest (most calls) first.
 TOP_WINDOWS = 5
@@ -412,4 +412,5 @@ def render_status(snapshot: dict[str, Any], *, width: int = 80, height: int | No
         if n < total:
             more = " (--format json lists all)" if n >= MAX_ROWS else ""
             out.append(f"  … and {total - n} more{more}")
-    return "\n".join(cut_end(text, width) for text in out)
+    # Data (keys, names, notes) is shown escaped where a terminal would act on it.
+    return "\n".join(cut_end(printable(text), width) for text in out)

@@ -1,4 +1,4 @@
-"""The everything-on task of the attack process test (tests/processes/test_attack_everything.py).
+"""The everything-on task of the attack process test (tests/processes/test_every_feature_at_once.py).
 
 Registered only on demand (a gated task sends every claim of its process through the
 gate): :func:`register` in the test process, or at import when

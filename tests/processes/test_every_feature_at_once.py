@@ -1,6 +1,6 @@
 """Every feature at once, with real processes, races and a SIGKILL (attack branch).
 
-One task (``tests/testapp/tasks_attack.py``) has ``debounce_edge="both"`` with a
+One task (``tests/testapp/tasks_every_feature.py``) has ``debounce_edge="both"`` with a
 ``debounce_merge``, ``rate_limit_per_key``, a ``concurrency`` cap, a ``timeout``,
 ``expires``, progress reports and a circuit breaker. Three producer processes hammer six
 keys while two ``run_debounce_worker`` processes (three threads, prefetch on) run it and a
@@ -30,7 +30,7 @@ from django_debounce.models import DeadLetter, Job
 from tests.conftest import child_env
 from tests.procs import app_name, freeze_outside_transaction, processes, wait_for
 from tests.soak_checks import worst_rate_interval
-from tests.testapp import tasks_attack
+from tests.testapp import tasks_every_feature
 from tests.testapp.models import CallLog
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -39,7 +39,7 @@ KEYS = 6
 #: A schedule in settings that every worker defers, each second, into key k0's bursts.
 SCHEDULES = {
     "atk-each-second": {
-        "task": tasks_attack.NAME,
+        "task": tasks_every_feature.NAME,
         "cron": "* * * * * *",
         "args": ["k0"],
         "kwargs": {"producer": 99, "seq": 1},
@@ -51,8 +51,8 @@ Status = Job.Status
 
 @pytest.fixture
 def attack_task():
-    yield tasks_attack.register()
-    tasks_attack.unregister()
+    yield tasks_every_feature.register()
+    tasks_every_feature.unregister()
 
 
 def _run_everything(tmp_path, mode: str = "kill") -> dict[str, Any]:
@@ -83,7 +83,7 @@ def _run_everything(tmp_path, mode: str = "kill") -> dict[str, Any]:
             "driver",
             [
                 "-m",
-                "tests.processes.attack_driver",
+                "tests.processes.every_feature_driver",
                 f"--keys={KEYS}",
                 "--seed=7",
                 *(f"--{n}={path}" for n, path in files.items()),
@@ -92,17 +92,19 @@ def _run_everything(tmp_path, mode: str = "kill") -> dict[str, Any]:
         wait_for(files["ready"].exists, timeout=60, what=lambda: f"the driver\n{driver.tail()}")
         files["go"].touch()
         producers = procs.producers(
-            3, task=tasks_attack.NAME, keys=KEYS, calls=250, pause_every=5, pause=0.04
+            3, task=tasks_every_feature.NAME, keys=KEYS, calls=250, pause_every=5, pause=0.04
         )
         wait_for(
-            lambda: CallLog.objects.filter(task=tasks_attack.NAME, finished_at=None).exists(),
+            lambda: CallLog.objects.filter(
+                task=tasks_every_feature.NAME, finished_at=None
+            ).exists(),
             timeout=30,
             what=lambda: f"a run in flight\n{procs.tails()}",
         )
         time.sleep(1.0)
         wait_for(
             lambda: CallLog.objects.filter(
-                task=tasks_attack.NAME, finished_at=None, pid=workers[0].pid
+                task=tasks_every_feature.NAME, finished_at=None, pid=workers[0].pid
             ).exists(),
             timeout=30,
             interval=0.01,
@@ -130,7 +132,7 @@ def _run_everything(tmp_path, mode: str = "kill") -> dict[str, Any]:
         wait_for(
             lambda: (
                 not Job.objects.filter(
-                    task_name=tasks_attack.NAME, status__in=[Status.READY, Status.RUNNING]
+                    task_name=tasks_every_feature.NAME, status__in=[Status.READY, Status.RUNNING]
                 ).exists()
             ),
             timeout=90,
@@ -139,7 +141,8 @@ def _run_everything(tmp_path, mode: str = "kill") -> dict[str, Any]:
                 + str(
                     list(
                         Job.objects.filter(
-                            task_name=tasks_attack.NAME, status__in=[Status.READY, Status.RUNNING]
+                            task_name=tasks_every_feature.NAME,
+                            status__in=[Status.READY, Status.RUNNING],
                         ).values_list("pk", "status", "run_at", "lease_expires_at")
                     )
                 )
@@ -195,8 +198,8 @@ def test_everything_at_once_keeps_the_contract(tmp_path, attack_task, mode):
     if progress_errors:
         at = run["stderr"].index("could not write the progress")
         print("\n[attack] first progress write error:", run["stderr"][at : at + 3000])
-    jobs = {j.pk: j for j in Job.objects.filter(task_name=tasks_attack.NAME)}
-    runs = list(CallLog.objects.filter(task=tasks_attack.NAME).order_by("started_at"))
+    jobs = {j.pk: j for j in Job.objects.filter(task_name=tasks_every_feature.NAME)}
+    runs = list(CallLog.objects.filter(task=tasks_every_feature.NAME).order_by("started_at"))
     killed_at = datetime.fromtimestamp(run["killed_at"]).astimezone()
 
     # 1. Never two runs of one key at once (a killed run counts until the kill, at least).
@@ -262,7 +265,7 @@ def test_everything_at_once_keeps_the_contract(tmp_path, attack_task, mode):
                 )
 
     # 4. Each key's starts (the claim's instant, the bucket's clock) within its bucket.
-    bucket = bucket_for(tasks_attack.RATE)
+    bucket = bucket_for(tasks_every_feature.RATE)
     for key, key_runs in by_key.items():
         starts = sorted(_ts(r.payload["claim_started_at"]) for r in key_runs)
         worst = worst_rate_interval(starts, bucket.capacity, bucket.per_second)
@@ -343,14 +346,6 @@ def test_everything_at_once_keeps_the_contract(tmp_path, attack_task, mode):
     assert problems == [], "\n".join(problems[:40])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a held progress note with a lone surrogate makes ProgressReporter.flush "
-    "(progress.py:209, from run/execution.py:159) raise UnicodeEncodeError, which is no "
-    "DatabaseError: the worker thread logs 'worker thread failed', the success is never "
-    "recorded, the lease lapses and the job that returned runs again, max_retries + 1 times "
-    "(4 here: enqueued by name, the default 3), then is dead-lettered 'lease expired'",
-)
 def test_a_task_that_returned_is_recorded_once_whatever_note_it_reported(tmp_path):
     from django_debounce import enqueue
 

@@ -1,8 +1,8 @@
-"""Bad input to the new public APIs (attack branch): each must raise the package's own
-exception with a clear message and write nothing, never a raw database or encoding error.
+"""Bad input to the new public APIs: each raises the package's own exception with a clear
+message and writes nothing, never a raw database or encoding error (decision 210).
 
-Every test here is a defect found by the attack, marked ``xfail(strict=True)``: it fails
-today and passes once the defect is fixed.
+Every test here pinned a defect an adversarial run with every feature on found
+(``tests/processes/test_every_feature_at_once.py``), fixed since.
 """
 
 from __future__ import annotations
@@ -52,13 +52,6 @@ def _seen():
     SEEN.clear()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="validate_progress (progress.py:117) does not refuse a note no database can store "
-    "(a lone surrogate); the held value's write raises UnicodeEncodeError, not DatabaseError, "
-    "out of ProgressReporter.flush (progress.py:209, called at run/execution.py:159) and the "
-    "worker crashes with the run's outcome unrecorded",
-)
 def test_a_progress_note_with_a_lone_surrogate_is_a_progress_error_and_the_job_succeeds():
     job = note_task.delay("surrogate")
     call_command("run_debounce_worker", burst=True)  # today: UnicodeEncodeError escapes
@@ -68,12 +61,6 @@ def test_a_progress_note_with_a_lone_surrogate_is_a_progress_error_and_the_job_s
     assert (row.progress_done, row.progress_note) == (1, "fine")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="validate_progress (progress.py:117) accepts a NUL in the note (the codec and keys "
-    "refuse it everywhere else); on PostgreSQL the write fails with DataError, which is only "
-    "logged, so the task is never told its report was dropped",
-)
 def test_a_progress_note_with_a_nul_is_a_progress_error():
     job = note_task.delay("nul")
     call_command("run_debounce_worker", burst=True)
@@ -83,13 +70,6 @@ def test_a_progress_note_with_a_nul_is_a_progress_error():
     assert (row.progress_done, row.progress_note) == (1, "fine")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="conf/schedules.py:83 checks a schedule name's length only, not that a database "
-    "can store it: a NUL or a lone surrogate passes E047 and E048; then on PostgreSQL a NUL "
-    "makes the tick's insert raise a raw DataError out of PeriodicScheduler.defer_due, and a "
-    "surrogate fails every tick ('error')",
-)
 @pytest.mark.parametrize("name", ["nightly\x00report", "nightly\ud800report"])
 def test_a_settings_schedule_name_with_a_nul_is_refused_by_the_checks(name):
     value = {name: {"task": "atk.win", "cron": "* * * * *", "args": [1]}}
@@ -100,12 +80,6 @@ def test_a_settings_schedule_name_with_a_nul_is_refused_by_the_checks(name):
     assert not Job.objects.exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Window.flush/cancel (ops/window_handles.py:119,136) pass now= to the UPDATE "
-    "unchecked: a str raises Django's ValidationError, an int TypeError, a naive datetime "
-    "or a date only a RuntimeWarning (and is written)",
-)
 @pytest.mark.parametrize("now", ["tomorrow", 5, dt.datetime(2020, 1, 1), dt.date(2020, 1, 1)])
 @pytest.mark.parametrize("action", ["flush", "cancel"])
 def test_a_window_action_refuses_a_now_that_is_not_an_aware_datetime(action, now):
@@ -116,22 +90,11 @@ def test_a_window_action_refuses_a_now_that_is_not_an_aware_datetime(action, now
     assert Job.objects.values().get(pk=job.pk) == before  # nothing written
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="windows_of_keys (ops/window_handles.py) iterates a str as its characters: "
-    "windows_for('k:1') is the windows of 'k', ':' and '1', where windows('ab') is refused",
-)
 def test_windows_for_a_single_str_is_refused():
     with pytest.raises(DebounceError):
         win.windows_for("k:1")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="set_progress accepts any str as the note (progress.py:117) and debounce_status "
-    "prints it raw (ops/running_progress.py:57): a newline breaks the one-line-per-job "
-    "layout and an escape sequence reaches the operator's terminal",
-)
 def test_a_progress_note_with_control_characters_stays_on_its_status_line(clock):
     import io
 
@@ -157,15 +120,10 @@ def test_a_progress_note_with_control_characters_stays_on_its_status_line(clock)
     lines = text.splitlines()
     at = lines.index("running jobs with progress")
     assert lines[at + 1].split()[0] == f"#{job.pk}"
-    assert "fake line" not in lines[at + 2]  # the note did not start a line of its own
+    assert "page 1\\nfake line\\x1b" in lines[at + 1]  # shown escaped, on the job's line
+    assert [line for line in lines if "fake line" in line] == [lines[at + 1]]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Window(using=...) (ops/window_handles.py:94) checks the task name and the key "
-    "but not the alias: an unknown one raises Django's ConnectionDoesNotExist at the first "
-    "operation, not a package error at the handle",
-)
 def test_a_window_on_an_unknown_database_is_a_package_error():
     from django_debounce.ops.window_handles import Window
 

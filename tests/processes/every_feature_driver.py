@@ -1,6 +1,6 @@
 """A process that inspects, flushes and cancels ``atk.all`` windows and cancels its jobs (attack).
 
-``python -m tests.processes.attack_driver --keys K --seed N --ready F --go F --stop F --out F``:
+``python -m tests.processes.every_feature_driver --keys K --seed N --ready F --go F --stop F --out F``:
 until ``--stop`` appears, acts on a random key of ``k0``…``k{K-1}`` every few ms:
 ``inspect()``, ``flush()``, ``cancel()``, ``cancel_running()``, or ``Job.cancel()`` of a
 random unfinished job of the task. Writes every result and every error to ``--out``.
@@ -19,7 +19,7 @@ from typing import Any
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.processes.attack_driver")
+    parser = argparse.ArgumentParser(prog="python -m tests.processes.every_feature_driver")
     for name in ("keys", "seed"):
         parser.add_argument(f"--{name}", type=int, required=True)
     for name in ("ready", "go", "stop", "out"):
@@ -33,9 +33,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from django_debounce import registry
     from django_debounce.models import Job
-    from tests.testapp import tasks_attack
+    from tests.testapp import tasks_every_feature
 
-    task = registry.lookup(tasks_attack.NAME)
+    task = registry.lookup(tasks_every_feature.NAME)
     assert task is not None
     connection.ensure_connection()
     Path(options.ready).touch()
@@ -75,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 ids = list(
                     Job.objects.filter(
-                        task_name=tasks_attack.NAME, status__in=["READY", "RUNNING"]
+                        task_name=tasks_every_feature.NAME, status__in=["READY", "RUNNING"]
                     ).values_list("pk", flat=True)[:50]
                 )
                 if ids:
@@ -93,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except Exception as exc:  # any error breaks the contract: report it
             line = f"{op}: {type(exc).__module__}.{type(exc).__qualname__}: {exc}"
             # Job.cancel()'s raw deadlock on MariaDB is a known defect with its own test
-            # (tests/db/ops/test_attack_cancel_contention.py); keep it apart.
+            # (tests/db/ops/test_cancel_contention.py); keep it apart.
             (
                 contention if op in ("job_cancel", "cancel_running") and "1213" in line else errors
             ).append(line)

@@ -1,6 +1,6 @@
 """``Job.cancel()`` under lock contention (attack branch, found on MariaDB).
 
-In ``tests/processes/test_attack_everything.py`` on MariaDB, ``Job.cancel()`` of a job
+In ``tests/processes/test_every_feature_at_once.py`` on MariaDB, ``Job.cancel()`` of a job
 that two workers' claims were locking failed with the raw
 ``OperationalError: (1213, 'Deadlock found when trying to get lock; try restarting
 transaction')``, twice in each run. A window handle's ``cancel()`` retries such a
@@ -27,12 +27,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def cancelled() -> None: ...
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cancel_jobs (ops/cancels.py:78) runs its transaction once: a deadlock with a "
-    "claim (MariaDB 1213) escapes Job.cancel() as a raw OperationalError, where the window "
-    "handles retry it (ops/window_handles.py:272) and raise WindowContentionError at worst",
-)
 def test_a_cancel_that_loses_a_deadlock_is_retried_or_a_package_error(monkeypatch):
     job = cancelled.delay()
     real = windows.cancel
