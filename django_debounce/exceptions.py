@@ -45,6 +45,15 @@ class WindowContentionError(DebounceError):
     """
 
 
+class CancelContentionError(DebounceError):
+    """``cancel_jobs`` (``Job.cancel()``, ``debounce_cancel``, the admin's Cancel) kept meeting
+    lock contention and gave up; nothing changed (decision 210).
+
+    Raised at once inside the caller's transaction (a deadlock has rolled it back on
+    MariaDB/MySQL: roll back and retry it); outside one, after the cancel's own retries.
+    """
+
+
 class NotMigratedError(DebounceError, DatabaseError):
     """The database has no django_debounce tables: run ``python manage.py migrate``.
 

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import DatabaseError
 from django.utils import timezone
 
+from . import codec
 from .exceptions import ProgressError
 from .signals import job_progress, send_signal
 
@@ -111,7 +112,9 @@ def validate_progress(done: object, total: object = None, note: object = "") -> 
 
     Raises:
         ProgressError: a value of the wrong type (a bool is not an int), a negative
-            count, ``done > total``, or a note too long; the message names the argument.
+            count, ``done > total``, a note too long or one no database can store (a NUL,
+            a lone surrogate: :func:`~django_debounce.codec.is_storable_text`); the
+            message names the argument.
     """
     if not _is_count(done):
         raise ProgressError(
@@ -129,6 +132,11 @@ def validate_progress(done: object, total: object = None, note: object = "") -> 
         )
     if not isinstance(note, str):
         raise ProgressError(f"set_progress: note must be a str, got {type(note).__name__}")
+    if not codec.is_storable_text(note):
+        raise ProgressError(
+            "set_progress: note holds a NUL character or a lone surrogate, which no supported "
+            f"database can store; got {note!r}"
+        )
     if len(note) > MAX_NOTE_LENGTH:
         raise ProgressError(
             f"set_progress: note is {len(note)} characters, at most {MAX_NOTE_LENGTH} are kept; "
@@ -233,7 +241,7 @@ class ProgressReporter:
                     if self.pending == progress:
                         self.pending = None
                         self._forget()
-        except DatabaseError:
+        except (DatabaseError, UnicodeError):  # never the run's outcome: only its report
             logger.warning("could not write the progress of job %s", job.pk, exc_info=True)
             return False
         if written:

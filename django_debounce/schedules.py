@@ -279,6 +279,11 @@ def _check(schedule: Schedule, task_name: str, signature: inspect.Signature) -> 
         raise ConfigurationError(
             f"{where}: name= must be text of 1 to {MAX_NAME_LENGTH} characters, got {name!r}."
         )
+    if not codec.is_storable_text(name):
+        raise ConfigurationError(
+            f"{where}: name= may not hold a NUL character or a lone surrogate (no supported "
+            f"database can store it), got {name!r}."
+        )
     if isinstance(schedule.args, str | bytes) or not isinstance(schedule.args, Sequence):
         raise ConfigurationError(f"{where}: args= must be a tuple or list, got {schedule.args!r}.")
     if not isinstance(schedule.kwargs, Mapping) or not all(

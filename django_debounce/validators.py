@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import json
 from collections.abc import Iterable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from . import codec
 from .breaker import CircuitBreaker
@@ -208,6 +208,40 @@ def check_metadata(metadata: dict[str, object], where: str) -> None:
             f"{where}: metadata is {size:,} bytes of JSON; the limit is "
             f"{settings.max_payload_bytes:,} (DEBOUNCE_MAX_PAYLOAD_BYTES). Keep metadata to "
             "a few labels; store bulk data elsewhere."
+        )
+
+
+def checked_now(now: object, where: str) -> datetime:
+    """Return ``now``, or ``timezone.now()`` for ``None``, as an action's instant (§4.7).
+
+    Raises:
+        ConfigurationError: ``now`` is not an aware ``datetime`` (a date, a naive
+            datetime, a string, a number); nothing has been written.
+    """
+    from django.utils import timezone  # noqa: PLC0415 (kept out of the module's import)
+
+    if now is None:
+        return timezone.now()
+    if not isinstance(now, datetime) or timezone.is_naive(now):
+        raise ConfigurationError(
+            f"{where}: now= takes an aware datetime (e.g. timezone.now()), got {now!r}; "
+            "instants are compared as aware UTC (USE_TZ = True)."
+        )
+    return now
+
+
+def check_alias(using: object, where: str) -> None:
+    """Refuse a database alias that is not in ``DATABASES`` (``None``: the router's choice).
+
+    Raises:
+        ConfigurationError: naming the alias and the ones configured.
+    """
+    from django.db import connections  # noqa: PLC0415
+
+    if using is not None and using not in connections.settings:
+        raise ConfigurationError(
+            f"{where}: using={using!r} is not a database alias of this project; "
+            f"DATABASES has {sorted(connections.settings)}."
         )
 
 

@@ -132,6 +132,9 @@ for _name in ("TIMEOUT_GRACE", "CANCEL_POLL_INTERVAL", "MAX_STUCK_THREADS"):
         globals()[f"DEBOUNCE_{_name}"] = json.loads(os.environ[f"DEBOUNCE_TEST_{_name}"])
 DEBOUNCE_MIN_BACKOFF = "5s"
 DEBOUNCE_MAX_BACKOFF = "5m"
+# The attack test gives worker subprocesses a DEBOUNCE_SCHEDULES (JSON in the environment).
+if os.environ.get("DEBOUNCE_TEST_SCHEDULES"):
+    DEBOUNCE_SCHEDULES = json.loads(os.environ["DEBOUNCE_TEST_SCHEDULES"])
 # CoDel tests give worker subprocesses a DEBOUNCE_QUEUES (JSON in the environment).
 if os.environ.get("DEBOUNCE_TEST_QUEUES"):
     DEBOUNCE_QUEUES = json.loads(os.environ["DEBOUNCE_TEST_QUEUES"])

@@ -15,6 +15,7 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
@@ -203,6 +204,11 @@ class JobAdmin(WindowActionsAdmin):
     @admin.display(description=_("why it ran when it did"))
     def why_it_ran(self, job: Job) -> str:
         if job.is_open_window:
+            if job.run_at <= timezone.now():  # due, not claimed yet: held back, or about to run
+                return _(
+                    "due since %(due)s (%(r)s) and not started yet: see “held back by”; "
+                    "calls that come meanwhile still join it"
+                ) % {"due": time_text(job.run_at), "r": RUN_REASONS[job.run_reason]}
             return _("window still open; if no call comes, it will run because %(r)s") % {
                 "r": RUN_REASONS[job.run_reason]
             }

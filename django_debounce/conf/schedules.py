@@ -86,11 +86,25 @@ def parse_schedules(value: Any) -> tuple[ScheduleSetting, ...]:
     return tuple(sorted(found, key=lambda s: s.name))
 
 
+def _storable(text: str) -> bool:
+    """As :func:`django_debounce.codec.is_storable_text` (``conf`` imports nothing above it)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in text
+
+
 def _entry(name: object, entry: object) -> ScheduleSetting:
     where = f"DEBOUNCE_SCHEDULES[{name!r}]"
     if not isinstance(name, str) or not 0 < len(name.strip()) <= MAX_NAME_LENGTH:
         raise ConfigurationError(
             f"{where}: a schedule name must be text of 1 to {MAX_NAME_LENGTH} characters."
+        )
+    if not _storable(name):
+        raise ConfigurationError(
+            f"{where}: a schedule name may not hold a NUL character or a lone surrogate "
+            "(no supported database can store it)."
         )
     if not isinstance(entry, Mapping):
         raise ConfigurationError(

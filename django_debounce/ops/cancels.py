@@ -21,12 +21,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db import DEFAULT_DB_ALIAS, transaction
-from django.utils import timezone
 
+from ..exceptions import CancelContentionError
 from ..job_ids import storable_ids
 from ..log_fields import jobs_fields
 from ..models import Job
+from ..validators import checked_now
 from . import windows
+from .contention import retrying
 
 logger = logging.getLogger("django_debounce.windows")
 
@@ -68,35 +70,46 @@ def cancel_jobs(
 
     Raises:
         TypeError: an id is not an int (nothing is written).
+        ConfigurationError: ``now`` is not an aware datetime (nothing is written).
+        CancelContentionError: lock contention inside the caller's transaction, or
+            after ``ops.contention.ATTEMPTS`` attempts (nothing is written).
     """
     ids = windows._ids(job_ids)
-    now = now or timezone.now()
-    cancelled: list[int] = []
-    dependents: list[int] = []
-    requested: set[int] = set()
-    left = storable_ids(ids)
-    with transaction.atomic(using=using):
-        for _round in range(ROUNDS):
-            result = windows.cancel(left, now=now, using=using)
-            cancelled += result.done
-            dependents += result.cancelled_dependents
-            if not result.running:
-                break
-            running = Job.objects.using(using).running().filter(pk__in=result.running)
-            running.filter(cancel_requested_at__isnull=True).update(cancel_requested_at=now)
-            requested.update(
-                running.filter(cancel_requested_at__isnull=False).values_list("pk", flat=True)
+    now = checked_now(now, "cancel")
+
+    def attempt() -> tuple[list[int], list[int], set[int], dict[int, str]]:
+        cancelled: list[int] = []
+        dependents: list[int] = []
+        requested: set[int] = set()
+        left = storable_ids(ids)
+        with transaction.atomic(using=using):
+            for _round in range(ROUNDS):
+                result = windows.cancel(left, now=now, using=using)
+                cancelled += result.done
+                dependents += result.cancelled_dependents
+                if not result.running:
+                    break
+                running = Job.objects.using(using).running().filter(pk__in=result.running)
+                running.filter(cancel_requested_at__isnull=True).update(cancel_requested_at=now)
+                requested.update(
+                    running.filter(cancel_requested_at__isnull=False).values_list("pk", flat=True)
+                )
+                # A run that ended meanwhile with a retry is READY again: cancel it next round.
+                left = [pk for pk in result.running if pk not in requested]
+                if not left:
+                    break
+            statuses = dict(
+                Job.objects.using(using)
+                .filter(pk__in=storable_ids(ids))
+                .exclude(pk__in=[*cancelled, *requested])
+                .values_list("pk", "status")
             )
-            # A run that ended meanwhile with a retry is READY again: cancel it next round.
-            left = [pk for pk in result.running if pk not in requested]
-            if not left:
-                break
-        statuses = dict(
-            Job.objects.using(using)
-            .filter(pk__in=storable_ids(ids))
-            .exclude(pk__in=[*cancelled, *requested])
-            .values_list("pk", "status")
-        )
+        return cancelled, dependents, requested, statuses
+
+    # A deadlock with a claim (MariaDB) rolled the attempt back: run it again (decision 210).
+    cancelled, dependents, requested, statuses = retrying(
+        attempt, using, "cancel", CancelContentionError
+    )
     if requested:
         logger.info(
             "cancel requested for %d running job(s): %s",

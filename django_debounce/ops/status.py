@@ -17,6 +17,7 @@ index range, never by the history (issue #11, item 2; decision 111):
 
 from __future__ import annotations
 
+import os
 import shutil
 from datetime import datetime, timedelta
 from typing import Any
@@ -34,7 +35,7 @@ from . import edge_runs
 from .periodic import schedule_rows
 from .running_progress import progress_lines, progress_rows
 from .status_tasks import edge_lines, edge_rows, per_key_lines, per_key_rows
-from .text_width import cut_dotted, cut_end, cut_middle, display_width, pad
+from .text_width import cut_dotted, cut_end, cut_middle, display_width, pad, printable
 
 #: Open windows listed, busiest (most calls) first.
 TOP_WINDOWS = 5
@@ -271,12 +272,15 @@ def screen_size(tty: bool) -> tuple[int, int | None]:
         tty: whether the output stream is a terminal.
 
     Returns:
-        Off a terminal ``(80, None)`` (no height limit). On one, the width of
+        Off a terminal ``(80, None)`` (no height limit), or ``COLUMNS`` held to
+        60..160 when set. On one, the width of
         :func:`shutil.get_terminal_size` held to 60..160 columns, and its
         number of lines (decision 132).
     """
-    if not tty:
-        return 80, None
+    if not tty:  # a pipe or a file: COLUMNS if the caller set it, as shutil reads it
+        columns = os.environ.get("COLUMNS", "")
+        width = int(columns) if columns.isdigit() else 80
+        return max(MIN_WIDTH, min(width, MAX_WIDTH)), None
     size = shutil.get_terminal_size((80, 24))
     return max(MIN_WIDTH, min(size.columns, MAX_WIDTH)), max(size.lines, 10)
 
@@ -354,7 +358,7 @@ def render_status(snapshot: dict[str, Any], *, width: int = 80, height: int | No
         f" {b['tokens']:>5.2f}/{b['capacity']:<4} next {_until(b['next_token_at'], now)}"
         for b in snapshot["buckets"]
     ]
-    per_key = per_key_lines(snapshot.get("per_key", []), task_col)
+    per_key = per_key_lines(snapshot.get("per_key", []), task_col - 4)  # its counts take 40
     edges = edge_lines(snapshot.get("edges", []), task_col)
     worker_w = width - 23 - LEASE_W  # "  ", " 1234 running, lease ", the lease
     workers = [
@@ -362,10 +366,12 @@ def render_status(snapshot: dict[str, Any], *, width: int = 80, height: int | No
         f" running, lease {_until(w['lease_expires_at'], now)}"
         for w in snapshot["workers"]
     ]
-    # The name takes what the cron, two times (up to 10 characters each) and the outcome leave.
-    schedule_w = max(10, width - 59)
+    # The name takes what the cron, its zone, two times (up to 10 characters each) and the
+    # outcome leave.
+    schedule_w = max(10, width - 74)
     schedules = [
         f"  {pad(cut_middle(p['name'], schedule_w), schedule_w)} {p['cron']:<13}"
+        f" {pad(cut_middle(p['tz'], 14), 14)}"
         f" next {_until(p['next_tick'], now)}, last {_until(p['last_tick'], now)}"
         f" {p['last_outcome'] or ''}"
         for p in snapshot.get("schedules", ())
@@ -394,7 +400,7 @@ def render_status(snapshot: dict[str, Any], *, width: int = 80, height: int | No
     if progress := progress_lines(snapshot.get("progress", []), width=width):  # decision 202
         parts.append((["", "running jobs with progress"], progress, ""))
     if schedules:  # only where periodic tasks are declared (decision 177)
-        parts.append((["", "periodic schedules (next tick, last tick)"], schedules, ""))
+        parts.append((["", "periodic schedules (cron, zone, next tick, last tick)"], schedules, ""))
     # An empty list's "(none …)" line belongs to its heading: never traded for "… more".
     sections: list[Section] = [
         (head + ([f"  {empty}"] if empty and not rows else []), rows, len(rows))
@@ -406,4 +412,5 @@ def render_status(snapshot: dict[str, Any], *, width: int = 80, height: int | No
         if n < total:
             more = " (--format json lists all)" if n >= MAX_ROWS else ""
             out.append(f"  … and {total - n} more{more}")
-    return "\n".join(cut_end(text, width) for text in out)
+    # Data (keys, names, notes) is shown escaped where a terminal would act on it.
+    return "\n".join(cut_end(printable(text), width) for text in out)

@@ -15,6 +15,20 @@ import unicodedata
 ELLIPSIS = "…"
 
 
+def printable(text: str) -> str:
+    """``text`` with each character a terminal would act on shown escaped (``\\n``, ``\\x1b``).
+
+    A key, a task name or a progress note is data: a newline in it must not start a
+    line of its own, nor an escape sequence reach the operator's terminal.
+    """
+    if text.isprintable():
+        return text
+    return "".join(
+        char if char.isprintable() else char.encode("unicode_escape").decode("ascii")
+        for char in text
+    )
+
+
 def char_width(char: str) -> int:
     """Columns one character takes: 2 (East Asian W/F), 0 (combining mark), else 1."""
     if unicodedata.combining(char):

@@ -25,25 +25,22 @@ No async twin (the package has no async API, decision 199): async code awaits
 from __future__ import annotations
 
 import logging
-import random
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TypeVar
 
-from django.db import DEFAULT_DB_ALIAS, OperationalError, connections, router, transaction
-from django.utils import timezone
+from django.db import DEFAULT_DB_ALIAS, connections, router, transaction
 
 from .. import keys
-from ..db_errors import is_contention
 from ..enqueueing.planning import debounce_key_of_call, require_window
 from ..exceptions import ConfigurationError, WindowContentionError
 from ..models import Job
 from ..registry import RegisteredTask
-from ..validators import check_task_name
+from ..validators import check_alias, check_task_name, checked_now
 from . import windows as actions
 from .cancels import CancelResult, cancel_jobs
+from .contention import retrying
 from .window_states import (
     WindowAction,
     WindowState,
@@ -70,8 +67,6 @@ logger = logging.getLogger("django_debounce.windows")
 Status = Job.Status
 #: Window keys per ``IN (…)`` (SQLite binds at most 999 parameters).
 _CHUNK = 500
-#: Attempts of a flush or cancel that meets lock contention (outside a caller's transaction).
-_ATTEMPTS = 8
 _T = TypeVar("_T")
 
 
@@ -85,7 +80,7 @@ class Window:
         using: database alias; ``None``: the router's choice for writing ``Job``.
 
     Raises:
-        ConfigurationError: a task name ``Job.task_name`` cannot hold.
+        ConfigurationError: a task name ``Job.task_name`` cannot hold, an alias not in DATABASES.
         KeyResolutionError: a key that is not usable key text (§3: a ``str`` of at
             most 4,096 characters without NUL).
     """
@@ -97,6 +92,7 @@ class Window:
     def __post_init__(self) -> None:
         check_task_name(self.task_name)
         keys.check_key(self.key)
+        check_alias(self.using, f"window of {self.task_name!r}")
 
     @property
     def window_key(self) -> str:
@@ -129,7 +125,7 @@ class Window:
         admin's Run now (decision 54). A claimed job is not touched.
 
         Args:
-            now: the new deadline, an aware datetime; default ``timezone.now()`` (§4.7).
+            now: the new deadline, an aware datetime (else ConfigurationError); default now (§4.7).
 
         Returns:
             :class:`WindowAction`: ``"flushed"`` with the window after the flush,
@@ -144,7 +140,7 @@ class Window:
         next call opens a new window. A claimed job is not touched.
 
         Args:
-            now: the ``finished_at`` written, an aware datetime; default ``timezone.now()``.
+            now: the ``finished_at`` written, an aware datetime (else ConfigurationError).
 
         Returns:
             :class:`WindowAction`: ``"cancelled"`` with what was cancelled (its
@@ -220,7 +216,7 @@ class Windows:
 
     def flush(self, *, now: datetime | None = None) -> list[WindowAction]:
         """:meth:`Window.flush` each window, in one transaction (one lock, one update)."""
-        db, now = self.alias, now or timezone.now()
+        db, now = self.alias, checked_now(now, "flush")
 
         def attempt() -> list[WindowAction]:
             with transaction.atomic(using=db):
@@ -236,7 +232,7 @@ class Windows:
                     found[window.window_key] = WindowAction(True, "flushed", state)
             return [found.get(w.window_key) or _refused(w, rows) for w in self.windows]
 
-        return _retrying(attempt, db, "flush")
+        return retrying(attempt, db, "window flush", WindowContentionError)
 
     def cancel(self, *, now: datetime | None = None) -> list[WindowAction]:
         """:meth:`Window.cancel` each window, in one transaction (one lock; a cancel per window).
@@ -244,7 +240,7 @@ class Windows:
         Each window is cancelled on its own, so each result names its own
         dependents (one reached from two cancelled windows is named once).
         """
-        db, now = self.alias, now or timezone.now()
+        db, now = self.alias, checked_now(now, "cancel")
 
         def attempt() -> list[WindowAction]:
             found: dict[str, WindowAction] = {}
@@ -269,47 +265,7 @@ class Windows:
                 rows = _live_rows(self.windows, db)
             return [found.get(w.window_key) or _refused(w, rows) for w in self.windows]
 
-        return _retrying(attempt, db, "cancel")
-
-
-def _retrying(attempt: Callable[[], _T], db: str, what: str) -> _T:
-    """Return ``attempt()``, run again after a deadlock or lock wait (§4.4), a few times.
-
-    MariaDB/MySQL lock an index record before its row, so an enqueue (which
-    finds the window through ``window_key``) and a claim (which finds it
-    through the claim index) take a window's two locks in opposite orders; a
-    flush or cancel that meets both can be a deadlock's victim. Inside the
-    caller's transaction nothing is retried: the deadlock rolled it back.
-
-    Raises:
-        WindowContentionError: the attempts ran out, or contention inside the
-            caller's transaction; nothing was changed.
-    """
-    last: Exception | None = None
-    for number in range(_ATTEMPTS):
-        try:
-            return attempt()
-        except OperationalError as exc:
-            if not is_contention(exc):
-                raise
-            last = exc
-            if transaction.get_connection(db).in_atomic_block:
-                raise WindowContentionError(
-                    f"window {what} hit lock contention inside the caller's transaction "
-                    f"({exc}); nothing was changed. Roll the transaction back and retry it."
-                ) from exc
-            logger.debug(
-                "window %s met lock contention (attempt %d): %s",
-                what,
-                number + 1,
-                exc,
-                extra={"action": "window_retry"},
-            )
-            time.sleep(min(0.5, 0.002 * 2**number) * random.random())
-    raise WindowContentionError(
-        f"window {what} gave up after {_ATTEMPTS} attempts under lock contention; nothing "
-        "was changed. Retry it."
-    ) from last
+        return retrying(attempt, db, "window cancel", WindowContentionError)
 
 
 def _db(using: str | None) -> str:
@@ -412,4 +368,6 @@ def windows_of_keys(
         KeyResolutionError: a key that is not usable key text.
     """
     require_window(task, f"windows of {task.name!r}")
+    if isinstance(debounce_keys, str):  # not its characters: one key is window_for(key)
+        raise ConfigurationError(f"windows_for({debounce_keys!r}) takes a list of keys")
     return Windows(tuple(Window(task.name, key, using) for key in debounce_keys))

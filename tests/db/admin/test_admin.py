@@ -263,6 +263,12 @@ def test_job_detail_of_open_window_shows_countdown(admin_client, clock):
     html = admin_client.get(url("job", "change", job.pk)).content.decode()
     assert "window still open" in html
     assert "in 10 s</time>" in html
+    # Past its deadline and not claimed (held back, say): it is due, not "still open; if no
+    # call comes" (a new user's trial read the two lines as contradicting "held back by").
+    clock(seconds=11)
+    html = admin_client.get(url("job", "change", job.pk)).content.decode()
+    assert "window still open" not in html
+    assert "and not started yet: see “held back by”; calls that come meanwhile" in html
 
 
 # -- dead letters -----------------------------------------------------------------------------

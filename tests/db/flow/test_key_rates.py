@@ -293,6 +293,8 @@ def test_status_and_admin_show_the_rule_and_counts_not_the_keys(clock, keyed, ad
     }
     text = render_status(collect_status(), width=100)
     assert "rate limits per key (keys in use, waiting)" in text
+    (line,) = [t for t in text.splitlines() if "kr.defer" in t]
+    assert line.endswith("3/m      2 in use      2 waiting") and len(line) <= 100  # not cut
     page = admin_client.get("/admin/django_debounce/taskstate/").content.decode()
     assert "3/m per key · 2 keys in use, 2 waiting for a token" in page
     assert "acme" not in page

@@ -136,7 +136,9 @@ def test_a_wider_terminal_gives_names_the_room(monkeypatch):
 @pytest.mark.parametrize(
     "tty, columns, lines, expected",
     [
-        (False, 200, 50, (80, None)),
+        (False, 200, 50, (160, None)),  # a pipe honours COLUMNS when the caller sets it
+        (False, 100, 50, (100, None)),
+        (False, "", 50, (80, None)),
         (True, 120, 40, (120, 40)),
         (True, 400, 40, (160, 40)),
         (True, 40, 5, (60, 10)),
