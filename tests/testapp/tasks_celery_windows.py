@@ -54,3 +54,17 @@ def held(context: JobContext, key: str, n: int = 0) -> int:
     """A window that only a flush makes due within the test."""
     _log("celw.held", context, key, n)
     return n
+
+
+@task(
+    name="celw.keyrated",
+    debounce="200ms",
+    debounce_max_wait="5s",
+    debounce_key="rated:{key}",
+    rate_limit_per_key="2/m",
+    takes_context=True,
+)
+def keyrated(context: JobContext, key: str, n: int = 0) -> int:
+    """Two runs a minute per key (defer beyond): a key's third run waits for its token."""
+    _log("celw.keyrated", context, key, n)
+    return n

@@ -3,9 +3,10 @@
 Issue #21's "done when": one scenario, run once under ``run_debounce_worker``
 and once under ``run_debounce_worker --dispatch-only`` handing jobs to a real
 ``celery worker`` (Redis broker): a ``debounce_edge="both"`` burst of three
-calls, a window flushed with ``flush()`` and a window ended with ``cancel()``.
-Both runs must give the same runs (which payload, how many) and the same
-cancelled job. The tasks are in tests/testapp/tasks_celery_windows.py; the
+calls, a window flushed with ``flush()`` and a window ended with ``cancel()``;
+and a rate limit per key (``2/m``): a key's third run waits for its token while
+another key runs. Both runs must give the same runs (which payload, how many),
+the same cancelled job and the same held one. The tasks are in tests/testapp/tasks_celery_windows.py; the
 executor is chosen by ``DEBOUNCE_TEST_EXECUTOR`` (tests/settings_celery.py).
 """
 
@@ -22,7 +23,8 @@ from django_debounce.models import Job
 from tests.processes.celery_rig import CeleryRig
 from tests.procs import Processes, processes, wait_for
 from tests.testapp.models import CallLog
-from tests.testapp.tasks_celery_windows import both, held
+from django_debounce.flow.hold_reasons import held_back
+from tests.testapp.tasks_celery_windows import both, held, keyrated
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -120,6 +122,35 @@ def test_edges_flush_and_cancel_run_the_same_on_either_executor(
             assert not any(w.startswith("celery:") for w in workers)
         trailing_job = Job.objects.get(pk=trailing.pk)
         assert (trailing_job.enqueue_count, trailing_job.kwargs) == (2, {"key": "b", "n": 1})
+    finally:
+        procs.kill_all()
+        rig.close()
+
+
+@pytest.mark.parametrize("executor", ["worker", "celery"])
+def test_a_rate_limit_per_key_holds_the_same_jobs_on_either_executor(
+    executor: str, procs: Processes, settings: Any
+) -> None:
+    rig = start(executor, procs, settings)
+    try:
+
+        def rated() -> list[tuple[str, int]]:
+            logs = CallLog.objects.filter(task="celw.keyrated").order_by("started_at", "pk")
+            return [(log.key, log.payload["n"]) for log in logs]
+
+        # Key a: three windows one after the other (each waits for the previous run), so
+        # three jobs of one key; its bucket holds two tokens a minute. Key b runs meanwhile.
+        for n in (1, 2):
+            keyrated.delay(key="a", n=n)
+            wait_for(lambda n=n: ("a", n) in rated(), timeout=60, what=procs.tails)
+        third = keyrated.delay(key="a", n=3)
+        keyrated.delay(key="b", n=1)
+        wait_for(lambda: ("b", 1) in rated(), timeout=30, what=procs.tails)
+        time.sleep(1.5)  # a third run of key a, were its bucket not judged, would show by now
+        assert sorted(rated()) == [("a", 1), ("a", 2), ("b", 1)]
+        job = Job.objects.get(pk=third.pk)
+        assert (job.status, job.attempts, job.worker_id) == (Job.Status.READY, 0, "")
+        assert [hold.code for hold in held_back(job)] == ["key_rate_limit"]
     finally:
         procs.kill_all()
         rig.close()
