@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
+from django_debounce.flow.hold_reasons import held_back
 from django_debounce.models import Job
 from tests.processes.celery_rig import CeleryRig
 from tests.procs import Processes, processes, wait_for
 from tests.testapp.models import CallLog
-from django_debounce.flow.hold_reasons import held_back
 from tests.testapp.tasks_celery_windows import both, held, keyrated
 
 pytestmark = [
