@@ -395,7 +395,10 @@ def render_status(snapshot: dict[str, Any], *, width: int = 80, height: int | No
     ]
     if per_key:  # only where a task has rate_limit_per_key (decision 189)
         parts.insert(-1, (["", "rate limits per key (keys in use, waiting)"], per_key, ""))
-    if edges:  # only where a task has a leading or both edge (decision 197)
+    # Only where a task has a leading or both edge (decision 197), and not in a view of
+    # limited height (--watch on a terminal): it is configuration, not live state, and its
+    # lines would cost the queues theirs.
+    if edges and height is None:
         parts.insert(-1, (["", "edges other than trailing (window, max wait)"], edges, ""))
     if progress := progress_lines(snapshot.get("progress", []), width=width):  # decision 202
         parts.append((["", "running jobs with progress"], progress, ""))

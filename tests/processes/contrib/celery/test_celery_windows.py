@@ -6,8 +6,9 @@ and once under ``run_debounce_worker --dispatch-only`` handing jobs to a real
 calls, a window flushed with ``flush()`` and a window ended with ``cancel()``;
 and a rate limit per key (``2/m``): a key's third run waits for its token while
 another key runs. Both runs must give the same runs (which payload, how many),
-the same cancelled job and the same held one. The tasks are in tests/testapp/tasks_celery_windows.py; the
-executor is chosen by ``DEBOUNCE_TEST_EXECUTOR`` (tests/settings_celery.py).
+the same cancelled job and the same held one. The tasks are in
+tests/testapp/tasks_celery_windows.py (the per-key one registered only while its test
+runs); the executor is chosen by ``DEBOUNCE_TEST_EXECUTOR`` (tests/settings_celery.py).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from django_debounce.models import Job
 from tests.processes.celery_rig import CeleryRig
 from tests.procs import Processes, processes, wait_for
 from tests.testapp.models import CallLog
-from tests.testapp.tasks_celery_windows import both, held, keyrated
+from tests.testapp.tasks_celery_windows import both, held, register_keyrated, unregister_keyrated
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -48,8 +49,8 @@ def procs(tmp_path) -> Iterator[Processes]:
         yield group
 
 
-def start(executor: str, procs: Processes, settings: Any) -> CeleryRig:
-    rig = CeleryRig("redis", procs, DEBOUNCE_TEST_EXECUTOR=executor)
+def start(executor: str, procs: Processes, settings: Any, **env: str) -> CeleryRig:
+    rig = CeleryRig("redis", procs, DEBOUNCE_TEST_EXECUTOR=executor, **env)
     for name, value in rig.settings().items():
         setattr(settings, name, value)
     if executor == "celery":
@@ -131,7 +132,8 @@ def test_edges_flush_and_cancel_run_the_same_on_either_executor(
 def test_a_rate_limit_per_key_holds_the_same_jobs_on_either_executor(
     executor: str, procs: Processes, settings: Any
 ) -> None:
-    rig = start(executor, procs, settings)
+    keyrated = register_keyrated()  # gated: only while this test runs
+    rig = start(executor, procs, settings, DEBOUNCE_CELW_KEYRATED="1")
     try:
 
         def rated() -> list[tuple[str, int]]:
@@ -154,3 +156,4 @@ def test_a_rate_limit_per_key_holds_the_same_jobs_on_either_executor(
     finally:
         procs.kill_all()
         rig.close()
+        unregister_keyrated()
