@@ -22,12 +22,12 @@ from django_debounce.ops.periodic import PeriodicScheduler
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-#: What each run of ``atk.note`` saw: the exception type name its set_progress raised, or "ok".
+#: What each run of ``badin.note`` saw: the exception type name its set_progress raised, or "ok".
 SEEN: list[str] = []
 NOTES = {"surrogate": "half a pair \ud800", "nul": "a\x00b"}
 
 
-@task(name="atk.note", takes_context=True, max_retries=0)
+@task(name="badin.note", takes_context=True, max_retries=0)
 def note_task(context: JobContext, which: str) -> str:
     # The first call of a run is written at once; the second, within the second, is held
     # back and written by the flush when the run ends.
@@ -40,7 +40,7 @@ def note_task(context: JobContext, which: str) -> str:
     return "returned"
 
 
-@debounced_task(name="atk.win", debounce="1m", debounce_max_wait="5m", debounce_key="k:{0}")
+@debounced_task(name="badin.win", debounce="1m", debounce_max_wait="5m", debounce_key="k:{0}")
 def win(x: int) -> int:
     return x
 
@@ -72,7 +72,7 @@ def test_a_progress_note_with_a_nul_is_a_progress_error():
 
 @pytest.mark.parametrize("name", ["nightly\x00report", "nightly\ud800report"])
 def test_a_settings_schedule_name_with_a_nul_is_refused_by_the_checks(name):
-    value = {name: {"task": "atk.win", "cron": "* * * * *", "args": [1]}}
+    value = {name: {"task": "badin.win", "cron": "* * * * *", "args": [1]}}
     with override_settings(DEBOUNCE_SCHEDULES=value):
         ids = [m.id for m in checks.run_checks() if (m.id or "").startswith("django_debounce.E04")]
         assert ids, "no check refused a schedule name no database can store"
@@ -128,4 +128,4 @@ def test_a_window_on_an_unknown_database_is_a_package_error():
     from django_debounce.ops.window_handles import Window
 
     with pytest.raises(DebounceError, match="nope"):
-        Window("atk.win", "k:1", using="nope").inspect()
+        Window("badin.win", "k:1", using="nope").inspect()
