@@ -299,6 +299,7 @@ def window_row(
         "notes": first.notes,
         "expires_at": first.expires_at,
         "created_at": now,
+        "trace_links": first.trace_links,
     }
 
 
@@ -320,14 +321,16 @@ def slide_or_insert_many(
     """
     connection = connections[using]
     ordered = sorted(rows, key=lambda row: row["window_key"])
+    # A traced batch's rows all carry its span's context (decision 212).
+    traced = ordered[0].get("trace_links") is not None
     if connection.vendor == "postgresql" and len(ordered) > 1:
-        names = _sql(connection.vendor, replace_payload, 1)[1]
+        names = _sql(connection.vendor, replace_payload, 1, traced=traced)[1]
         kinds = tuple(_field(name).db_type(connection).split("(")[0] for name in names)  # type: ignore[union-attr]
-        sql = _sql(connection.vendor, replace_payload, 1, kinds)[0]
+        sql = _sql(connection.vendor, replace_payload, 1, kinds, traced)[0]
         columns = zip(*(prepare(connection, names, row) for row in ordered), strict=True)
         params: list[Any] = [list(column) for column in columns]
     else:
-        sql, names = _sql(connection.vendor, replace_payload, len(ordered))
+        sql, names = _sql(connection.vendor, replace_payload, len(ordered), traced=traced)
         params = [param for row in ordered for param in prepare(connection, names, row)]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)

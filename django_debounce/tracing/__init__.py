@@ -11,6 +11,6 @@ alone imports OpenTelemetry), the bounded links a job carries
 from __future__ import annotations
 
 from .carriers import MAX_LINKS
-from .provider import tracer, use_tracer_provider
+from .provider import expired_unrun, tracer, use_tracer_provider
 
-__all__ = ["MAX_LINKS", "tracer", "use_tracer_provider"]
+__all__ = ["MAX_LINKS", "expired_unrun", "tracer", "use_tracer_provider"]

@@ -32,10 +32,14 @@ def joined(stored: Mapping[str, Any] | None, call: Mapping[str, Any]) -> dict[st
     Keeps the first link and the latest ones, :data:`MAX_LINKS` in all: when
     ``stored`` is full, its second link (the oldest but the first) goes.
     ``stored`` ``None`` (a job opened while tracing was off): ``call`` itself.
+    A call whose carrier is the latest link's (the calls of one key in one
+    bulk enqueue share its span) adds nothing: one span, one link, one count.
     """
     if not stored:
         return dict(call)
     links = list(stored.get("links") or [])
+    if links and links[-1:] == list(call.get("links") or []):
+        return dict(stored)  # the same span again (one bulk enqueue's calls of a key): one link
     if len(links) >= MAX_LINKS:
         links = [links[0], *links[len(links) - MAX_LINKS + 2 :]]
     return {

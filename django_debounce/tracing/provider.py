@@ -20,6 +20,8 @@ from ..exceptions import ConfigurationError
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer, TracerProvider
 
+    from ..models import Job
+
 #: The instrumentation scope of every span (the tracer's name).
 SCOPE = "django_debounce"
 
@@ -100,3 +102,15 @@ def use_tracer_provider(provider: TracerProvider | None) -> None:
         )
     _override = provider
     _cached = None
+
+
+def expired_unrun(job: Job) -> None:
+    """Record, while tracing is on, that the claimed ``job`` ended EXPIRED without running.
+
+    Its run span has no length and the outcome ``expired`` (decision 213).
+    """
+    found = tracer()
+    if found is not None:
+        from .spans import record_expired
+
+        record_expired(found, job)

@@ -21,7 +21,6 @@ the queue, ``messaging.message.id`` the job id); the rest are ``debounce.*``.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -92,9 +91,42 @@ def traced_enqueue(tracer: Tracer, plan: Plan, write: Callable[[], Job]) -> Job:
     return job
 
 
-def claim_began() -> int:
-    """Return the claim's start time for :func:`record_claim` (nanoseconds since the epoch)."""
-    return time.time_ns()
+def traced_enqueue_many(
+    tracer: Tracer, plans: Sequence[Plan], write: Callable[[], list[Job]]
+) -> list[Job]:
+    """Write a bulk enqueue's ``plans`` with ``write()`` inside one span; each job carries it.
+
+    One ``PRODUCER`` span for the batch (``messaging.batch.message_count``
+    calls); a window that several of its calls joined gets one link, the
+    batch's. The span counts the calls' outcomes (``debounce.created`` …).
+    """
+    span = tracer.start_span(
+        "enqueue_many",
+        kind=SpanKind.PRODUCER,
+        attributes={
+            "messaging.system": SYSTEM,
+            "messaging.operation.type": "send",
+            "messaging.operation.name": "enqueue_many",
+            "messaging.batch.message_count": len(plans),
+            "debounce.tasks": sorted({plan.task_name for plan in plans}),
+        },
+    )
+    with trace.use_span(span, end_on_exit=True, record_exception=False):
+        if span.get_span_context().trace_flags.sampled:
+            carrier: dict[str, str] = {}
+            _W3C.inject(carrier)
+            for plan in plans:
+                plan.trace_links = opening(carrier) if carrier else None
+        try:
+            jobs = write()
+        except BaseException as exc:
+            _error(span, exc)
+            raise
+        counts: dict[str, int] = {}
+        for job in jobs:
+            counts[job.outcome] = counts.get(job.outcome, 0) + 1
+        span.set_attributes({f"debounce.{outcome}": n for outcome, n in counts.items()})
+    return jobs
 
 
 def record_claim(
@@ -134,7 +166,8 @@ class RunSpan:
     :func:`~django_debounce.run.execution.run_job` tells it what happened
     (:meth:`returned`, :meth:`raised`); on exit it names the outcome from that
     and the job's status: ``succeeded``, ``retried``, ``dead_lettered``,
-    ``cancelled``, ``put_back`` (a task not known here yet), ``discarded`` (a
+    ``cancelled``, ``expired`` (claimed, it reached its executor past its
+    expiry and never ran), ``put_back`` (a task not known here yet), ``discarded`` (a
     late run whose job was reclaimed), or ``not_recorded`` (the run ended
     with an error escaping ``run_job``: an outage, the process stopping).
     """
@@ -202,4 +235,14 @@ class RunSpan:
             "FAILED": "dead_lettered",
             "CANCELLED": "cancelled",
             "SUCCESSFUL": "succeeded",
+            "EXPIRED": "expired",
         }.get(status, "discarded")
+
+
+def record_expired(tracer: Tracer, job: Job) -> None:
+    """Record that the claimed ``job`` reached its executor past its expiry and never ran.
+
+    A run span of no length, linked as a run's would be, with the outcome ``expired``.
+    """
+    with RunSpan(tracer, job):
+        pass  # the job's status (EXPIRED) names the outcome

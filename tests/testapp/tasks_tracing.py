@@ -43,3 +43,27 @@ def unique(key: str) -> str:
 def fails(n: int) -> int:
     """Fail every run: retried once, then dead-lettered."""
     raise TracedError(f"run {n} failed")
+
+
+@task(name="otl.quick", debounce="1s", debounce_max_wait="30s", debounce_key="q:{key}")
+def quick(key: str, n: int = 0) -> int:
+    """A debounced task with a short window, for the process test (either executor)."""
+    return n
+
+
+@task(
+    name="otl.celery_window",
+    executor="celery",
+    debounce="10s",
+    debounce_max_wait="1h",
+    debounce_key="c:{key}",
+)
+def celery_window(key: str, n: int = 0) -> int:
+    """A debounced task of the Celery executor (run in-process through ``run_handed_off``)."""
+    return n
+
+
+@task(name="otl.celery_fails", executor="celery", max_retries=0)
+def celery_fails(n: int) -> int:
+    """A Celery-executor task that fails once, for good."""
+    raise TracedError(f"celery run {n} failed")

@@ -149,3 +149,36 @@ def test_with_tracing_off_nothing_is_written_and_the_sql_leaves_the_column_out(c
     clock(seconds=11)
     burst()
     assert set(Job.objects.values_list("status", flat=True)) == {Job.Status.SUCCESSFUL}
+
+
+def test_a_bulk_enqueue_is_one_span_and_each_of_its_jobs_links_to_it(clock, otel_spans, burst):
+    from django_debounce import enqueue_many
+
+    jobs = enqueue_many(
+        [
+            (window, (), {"key": "f", "n": 1}),
+            (window, (), {"key": "f", "n": 2}),
+            (window, (), {"key": "g"}),
+            (plain, (3,)),
+        ]
+    )
+    (span,) = _spans(otel_spans, SpanKind.PRODUCER)
+    assert span.name == "enqueue_many"
+    assert span.attributes["messaging.batch.message_count"] == 4
+    assert (span.attributes["debounce.created"], span.attributes["debounce.debounced"]) == (3, 1)
+    for job in {job.pk: job for job in jobs}.values():
+        stored = Job.objects.get(pk=job.pk).trace_links
+        assert stored["calls"] == 1 and len(stored["links"]) == 1, job
+    otel_spans.clear()
+    clock(seconds=11)
+    burst()
+    runs = _spans(otel_spans, SpanKind.CONSUMER)
+    assert len(runs) == 3
+    assert {link.context.span_id for run in runs for link in run.links} == {span.context.span_id}
+
+
+def test_a_bulk_enqueue_with_tracing_off_writes_no_trace_context(clock):
+    from django_debounce import enqueue_many
+
+    enqueue_many([(window, (), {"key": "h"}), (window, (), {"key": "h"}), (plain, (4,))])
+    assert list(Job.objects.values_list("trace_links", flat=True)) == [None, None]

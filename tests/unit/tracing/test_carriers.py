@@ -57,3 +57,8 @@ def test_a_longer_stored_list_is_cut_back_to_the_bound():
     assert after["links"][0] == _carrier(1)
     assert after["links"][-1] == _carrier(41)
     assert after["calls"] == 41
+
+
+def test_the_same_span_joining_again_adds_no_link_and_no_count():
+    stored = joined(opening(_carrier(1)), opening(_carrier(2)))
+    assert joined(stored, opening(_carrier(2))) == stored
