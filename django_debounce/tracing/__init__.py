@@ -1,11 +1,10 @@
 """OpenTelemetry traces of enqueues, claims and runs (the ``otel`` extra; docs/howto/opentelemetry.md).
 
 On when ``opentelemetry-api`` is installed and a tracer provider is set
-(:func:`~django_debounce.tracing.provider.tracer`); off, it costs the hot paths a
-check and writes nothing. :func:`use_tracer_provider` gives django_debounce a
-provider of its own. The spans are :mod:`django_debounce.tracing.spans`' (which
-alone imports OpenTelemetry), the bounded links a job carries
-:mod:`django_debounce.tracing.carriers`'.
+(:func:`tracer`); off, it costs the hot paths a check and writes nothing.
+:func:`use_tracer_provider` gives django_debounce a provider of its own. The
+spans are ``tracing/spans.py``'s (which alone imports OpenTelemetry), the
+bounded links a job carries ``tracing/carriers.py``'s.
 """
 
 from __future__ import annotations
