@@ -228,8 +228,8 @@ class RunSpan:
 
     def _outcome(self) -> str:
         status = self.job.status
-        if self._ran:
-            return "succeeded"
+        if self._ran:  # its result may still be refused for good: then it is a dead letter
+            return "dead_lettered" if status == "FAILED" else "succeeded"
         return {
             "READY": "put_back" if self._ran is None else "retried",
             "FAILED": "dead_lettered",
