@@ -182,3 +182,15 @@ def test_a_bulk_enqueue_with_tracing_off_writes_no_trace_context(clock):
 
     enqueue_many([(window, (), {"key": "h"}), (window, (), {"key": "h"}), (plain, (4,))])
     assert list(Job.objects.values_list("trace_links", flat=True)) == [None, None]
+
+
+def test_an_enqueue_whose_write_is_refused_ends_its_span_with_the_error(clock, otel_spans):
+    from django_debounce.exceptions import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="do not exist"):
+        plain.apply_async(args=(5,), depends_on=[987654])
+    (span,) = _spans(otel_spans, SpanKind.PRODUCER)
+    assert span.status.status_code == StatusCode.ERROR
+    assert span.attributes["error.type"] == "django_debounce.exceptions.ConfigurationError"
+    assert "debounce.outcome" not in span.attributes
+    assert Job.objects.count() == 0
