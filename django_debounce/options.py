@@ -28,6 +28,11 @@ from .conf.executor import parse_executor
 from .conf.numbers import parse_max_retries
 from .exceptions import ConfigurationError
 from .keys import check_template
+
+# Re-exported: where callers import them from.
+from .plans import MergeFunction as MergeFunction
+from .plans import Plan as Plan
+from .plans import StoredCall as StoredCall
 from .validators import (
     check_duration,
     check_edge,
@@ -43,10 +48,6 @@ from .validators import (
 #: A key option (§3): a template ``str``, or a callable of the task's arguments
 #: returning the key (``None`` opts the call out of keying).
 KeySpec = str | Callable[..., object]
-#: A stored call, decoded: ``(args, kwargs)`` (§5).
-StoredCall = tuple[list[object], dict[str, object]]
-#: ``debounce_merge``: ``(stored, new) -> (args, kwargs)`` of the call to keep (§4.8).
-MergeFunction = Callable[[StoredCall, StoredCall], tuple[Sequence[object], Mapping[str, object]]]
 
 #: ``on_excess`` values: wait for a token, or shed the job (§6).
 ON_EXCESS = ("defer", "drop")
@@ -385,34 +386,3 @@ def _check_call(
         raise ConfigurationError(f"{where}: debounce_replace_payload must be True or False.")
     _merge_is_callable(call.get("debounce_merge"), where)
     return max_wait, retries
-
-
-@dataclass
-class Plan:
-    """A validated call, ready to be written (no SQL has run yet).
-
-    ``args``, ``kwargs`` and ``metadata`` are already JSON-ready (the codec's
-    form, §5); ``window_key``/``unique_lock`` are the hashed identities (§3).
-    """
-
-    task_name: str
-    queue: str
-    priority: int
-    max_retries: int
-    args: list[object]
-    kwargs: dict[str, object]
-    run_at: datetime
-    expires_at: datetime | None
-    metadata: dict[str, object]
-    notes: str
-    window: timedelta | None = None
-    max_wait: timedelta | None = None
-    debounce_key: str | None = None
-    window_key: str | None = None
-    replace_payload: bool = False
-    merge: MergeFunction | None = None
-    edge: str = "trailing"
-    unique_key: str | None = None
-    unique_lock: str | None = None
-    depends_on: tuple[int, ...] = ()
-    timeout: timedelta | None = None

@@ -69,7 +69,12 @@ nitpicky = True
 # package registries). Only third-party names: every name of this package must resolve.
 nitpick_ignore_regex = [
     # Third-party libraries and the standard library: no inventory offline.
-    ("py:.*", r"(django|celery|kombu|prometheus_client|redis|django_redis|django_tasks)(\..*)?"),
+    (
+        "py:.*",
+        r"(django|celery|kombu|prometheus_client|redis|django_redis|django_tasks|opentelemetry)(\..*)?",
+    ),
+    # OpenTelemetry's types as the tracing module's annotations name them (the `otel` extra).
+    ("py:class", r"(Tracer|TracerProvider)"),
     (
         "py:.*",
         r"(datetime|collections|typing|enum|argparse|logging|threading|types|dataclasses|inspect|shutil|zoneinfo)(\..*)?",

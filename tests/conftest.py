@@ -153,3 +153,30 @@ def signal_log():
     yield seen
     for signal, receiver in receivers:
         signal.disconnect(receiver)
+
+
+@pytest.fixture
+def otel_spans() -> Iterator[Any]:
+    """Trace django_debounce with an SDK provider of this test's; yield its in-memory exporter.
+
+    The exporter's ``provider`` attribute is that provider (for the test's own parent spans).
+
+    The provider is given through :func:`django_debounce.tracing.use_tracer_provider`, not
+    set globally (OpenTelemetry allows that once per process), and taken back after the test.
+    """
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from django_debounce.tracing import use_tracer_provider
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    exporter.provider = provider  # type: ignore[attr-defined]
+    use_tracer_provider(provider)
+    try:
+        yield exporter
+    finally:
+        use_tracer_provider(None)
+        provider.shutdown()

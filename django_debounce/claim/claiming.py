@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 from django.db import DEFAULT_DB_ALIAS, OperationalError, connections, transaction
 from django.utils import timezone
 
-from .. import compiled
+from .. import compiled, tracing
 from ..conf import settings
 from ..db_errors import is_contention
 from ..flow.codel import apply_codel
@@ -159,6 +159,39 @@ def claim_batch(
     tasks = claim_filter(executor)
     if tasks.takes_nothing:  # no task of this process runs on ``executor``
         return ClaimedBatch()
+    tracer = tracing.tracer()  # a claim that took jobs is a span (decision 213)
+    began = time.time_ns() if tracer is not None else 0
+    batch = _claim_retrying(
+        worker_id=worker_id,
+        limit=limit,
+        lease=lease,
+        queues=queues,
+        using=using,
+        peek=peek,
+        tasks=tasks,
+        start_now=start_now,
+        attempts=attempts,
+    )
+    if tracer is not None and batch.jobs:
+        from ..tracing.spans import record_claim
+
+        record_claim(tracer, began, batch.jobs, queues, executor)
+    return batch
+
+
+def _claim_retrying(
+    *,
+    worker_id: str,
+    limit: int,
+    lease: timedelta,
+    queues: Sequence[str] | None,
+    using: str,
+    peek: bool,
+    tasks: ExecutorTaskFilter,
+    start_now: int | None,
+    attempts: int,
+) -> ClaimedBatch:
+    """Claim as :func:`claim_batch` says, up to ``attempts`` times under lock contention."""
     attempt = 1
     while True:
         try:

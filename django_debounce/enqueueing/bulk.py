@@ -44,7 +44,7 @@ from django.db import (
 )
 from django.utils import timezone
 
-from .. import lifecycle, registry
+from .. import lifecycle, registry, tracing
 from ..conf import settings
 from ..exceptions import (
     ConfigurationError,
@@ -129,8 +129,14 @@ def enqueue_many(calls: Iterable[Call | Sequence[Any]], *, using: str | None = N
     if not plans:
         return []
     db = using or router.db_for_write(Job) or DEFAULT_DB_ALIAS
+    tracer = tracing.tracer()  # None while tracing is off (decision 211)
     try:
-        jobs = _write_retrying(plans, now, db)
+        if tracer is None:
+            jobs = _write_retrying(plans, now, db)
+        else:
+            from ..tracing.spans import traced_enqueue_many
+
+            jobs = traced_enqueue_many(tracer, plans, lambda: _write_retrying(plans, now, db))
     except DatabaseError as exc:
         error = not_migrated(exc, db, "enqueue_many")
         if error is None:

@@ -31,7 +31,7 @@ from django.db import (
 )
 from django.utils import timezone
 
-from .. import lifecycle, registry
+from .. import lifecycle, registry, tracing
 from ..conf import settings
 from ..db_errors import is_contention
 from ..exceptions import ConfigurationError, EnqueueContentionError
@@ -125,7 +125,13 @@ def enqueue_call(
         refuse_without_tz(f"enqueue of {task_name!r}")
     now = timezone.now()
     plan = plan_call(task, task_name, args, kwargs, options, now)
-    job = write(plan, now)
+    tracer = tracing.tracer()  # None while tracing is off (decision 211): the plain write
+    if tracer is None:
+        job = write(plan, now)
+    else:
+        from ..tracing.spans import traced_enqueue
+
+        job = traced_enqueue(tracer, plan, lambda: write(plan, now))
     logger.debug(
         "enqueued job %s (%s): %s",
         job.pk,

@@ -12,6 +12,7 @@ from .. import codec
 from ..exceptions import ConfigurationError
 from ..models import Job
 from ..options import Plan
+from ..tracing import carriers
 
 
 def new_job(plan: Plan, now: datetime) -> Job:
@@ -41,6 +42,7 @@ def new_job(plan: Plan, now: datetime) -> Job:
         notes=plan.notes,
         expires_at=plan.expires_at,
         created_at=now,
+        trace_links=plan.trace_links,
     )
 
 
@@ -58,6 +60,9 @@ def apply_slide(job: Job, plan: Plan, now: datetime) -> list[str]:
     job.enqueue_count += 1
     job.last_enqueued_at = now
     fields = ["run_at", "enqueue_count", "last_enqueued_at"]
+    if plan.trace_links is not None:  # a traced call joins its context to the job (decision 212)
+        job.trace_links = carriers.joined(job.trace_links, plan.trace_links)
+        fields.append("trace_links")
     if plan.replace_payload:
         job.args, job.kwargs = plan.args, plan.kwargs
         fields += ["args", "kwargs"]

@@ -32,6 +32,7 @@ from django.db.models import Field
 
 from .. import compiled
 from ..models import Job
+from ..tracing.sql import joined_sql
 
 if TYPE_CHECKING:
     from ..options import Plan
@@ -149,7 +150,11 @@ _CONSTANTS = {
 
 @lru_cache(maxsize=64)
 def _sql(
-    vendor: str, replace_payload: bool, rows: int = 0, unnest: tuple[str, ...] = ()
+    vendor: str,
+    replace_payload: bool,
+    rows: int = 0,
+    unnest: tuple[str, ...] = (),
+    traced: bool = False,
 ) -> tuple[str, tuple[str, ...]]:
     """Return the upsert statement and the attnames of its parameters, in order (one row's).
 
@@ -159,12 +164,14 @@ def _sql(
     ``unnest`` (PostgreSQL, with ``rows``): the parameters' array types; the
     rows come from ``UNNEST`` of one array per column, as Django's own
     ``bulk_create`` sends them there (one parameter per column, not per value).
+    ``traced``: the call's trace context is a parameter, joined to the open
+    window's on a slide (decision 212); untraced, the statement leaves the column out.
     """
     table = Job._meta.db_table
     fields = _fields()
     columns, values, params = [], [], []
     for f in fields:
-        if f.primary_key:
+        if f.primary_key or (f.attname == "trace_links" and not traced):
             continue
         columns.append(f'"{f.column}"')
         if f.attname in _CONSTANTS and not (rows and f.attname == "enqueue_count"):
@@ -180,6 +187,8 @@ def _sql(
     ]
     if replace_payload:
         sets += ['"args" = EXCLUDED."args"', '"kwargs" = EXCLUDED."kwargs"']
+    if traced:
+        sets.append(f'"trace_links" = {joined_sql(vendor, table, "trace_links")}')
     returning = ", ".join(f'"{f.column}"' for f in fields)
     # An open window already past its expiry takes no calls: the update is skipped, the
     # statement returns no row, and the caller ends that window EXPIRED and tries again.
@@ -232,8 +241,10 @@ def slide_or_insert(plan: Plan, now: datetime, using: str) -> Job | None:
         "notes": plan.notes,
         "expires_at": plan.expires_at,
         "created_at": now,
+        "trace_links": plan.trace_links,
     }
-    sql, names = _sql(connection.vendor, plan.replace_payload)
+    traced = plan.trace_links is not None
+    sql, names = _sql(connection.vendor, plan.replace_payload, traced=traced)
     with connection.cursor() as cursor:
         cursor.execute(sql, prepare(connection, names, values))
         row = cursor.fetchone()
@@ -288,6 +299,7 @@ def window_row(
         "notes": first.notes,
         "expires_at": first.expires_at,
         "created_at": now,
+        "trace_links": first.trace_links,
     }
 
 
@@ -309,14 +321,16 @@ def slide_or_insert_many(
     """
     connection = connections[using]
     ordered = sorted(rows, key=lambda row: row["window_key"])
+    # A traced batch's rows all carry its span's context (decision 212).
+    traced = ordered[0].get("trace_links") is not None
     if connection.vendor == "postgresql" and len(ordered) > 1:
-        names = _sql(connection.vendor, replace_payload, 1)[1]
+        names = _sql(connection.vendor, replace_payload, 1, traced=traced)[1]
         kinds = tuple(_field(name).db_type(connection).split("(")[0] for name in names)  # type: ignore[union-attr]
-        sql = _sql(connection.vendor, replace_payload, 1, kinds)[0]
+        sql = _sql(connection.vendor, replace_payload, 1, kinds, traced)[0]
         columns = zip(*(prepare(connection, names, row) for row in ordered), strict=True)
         params: list[Any] = [list(column) for column in columns]
     else:
-        sql, names = _sql(connection.vendor, replace_payload, len(ordered))
+        sql, names = _sql(connection.vendor, replace_payload, len(ordered), traced=traced)
         params = [param for row in ordered for param in prepare(connection, names, row)]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
@@ -332,22 +346,25 @@ def max_rows(using: str) -> int:
     return max(1, min(1000, limit // per_row))
 
 
-#: The plain insert by vendor (:func:`_insert_sql`).
-_inserts: dict[str, tuple[str, tuple[str, ...]]] = {}
+#: The plain insert by vendor and whether it writes a trace context (:func:`_insert_sql`).
+_inserts: dict[tuple[str, bool], tuple[str, tuple[str, ...]]] = {}
 
 
-def _insert_sql(connection: BaseDatabaseWrapper) -> tuple[str, tuple[str, ...]]:
-    """Return the plain ``INSERT … RETURNING id`` of a job and its parameters' attnames."""
-    found = _inserts.get(connection.vendor)
+def _insert_sql(connection: BaseDatabaseWrapper, traced: bool) -> tuple[str, tuple[str, ...]]:
+    """Return the plain ``INSERT … RETURNING id`` of a job and its parameters' attnames.
+
+    Untraced, ``trace_links`` is left out (it stays NULL; decision 212).
+    """
+    found = _inserts.get((connection.vendor, traced))
     if found is not None:
         return found
     quote = connection.ops.quote_name
-    fields = [f for f in _fields() if not f.primary_key]
+    fields = [f for f in _fields() if not f.primary_key and (traced or f.attname != "trace_links")]
     columns = ", ".join(quote(f.column) for f in fields)  # type: ignore[arg-type]
     values = ", ".join(["%s"] * len(fields))
     pk = quote(Job._meta.pk.column)  # type: ignore[union-attr, arg-type]
     sql = f"INSERT INTO {quote(Job._meta.db_table)} ({columns}) VALUES ({values}) RETURNING {pk}"
-    found = _inserts[connection.vendor] = (sql, tuple(f.attname for f in fields))
+    found = _inserts[connection.vendor, traced] = (sql, tuple(f.attname for f in fields))
     return found
 
 
@@ -360,7 +377,7 @@ def insert(job: Job, using: str) -> bool:
     connection = connections[using]
     if not connection.features.can_return_columns_from_insert:
         return False
-    sql, names = _insert_sql(connection)
+    sql, names = _insert_sql(connection, job.trace_links is not None)
     with connection.cursor() as cursor:
         cursor.execute(sql, prepare(connection, names, job.__dict__))
         row = cursor.fetchone()

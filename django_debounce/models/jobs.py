@@ -127,6 +127,9 @@ class Job(models.Model):
     ``''`` in the database too, so rows written outside the ORM need not name it."""
     progress_at = models.DateTimeField(null=True, blank=True)
     """When the progress was written; it belongs to the latest run when ``>= started_at``."""
+    trace_links = models.JSONField(null=True, blank=True, editable=False)
+    """The trace context of the traced calls that joined the job: ``{"calls": n, "links": [...]}``,
+    the first and the latest 31 kept (decision 212); NULL while tracing is off."""
     depends_on = models.ManyToManyField(
         "self",
         through="JobDependency",

@@ -11,10 +11,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, InterfaceError, connections, transaction
 
-from .. import codec, registry
+from .. import codec, registry, tracing
 from ..context import JobContext
 from ..exceptions import JobCancelled
 from ..log_fields import job_fields
@@ -28,6 +29,9 @@ from .limited_calls import call_task, control_for
 from .storable import format_error, format_traceback, storable_result
 from .success_batches import SuccessBatch
 from .unknown_tasks import handle_unknown_task
+
+if TYPE_CHECKING:
+    from ..tracing.spans import RunSpan
 
 #: The worker's documented logger (docs/reference/commands.md): run lines keep its name.
 logger = logging.getLogger("django_debounce.worker")
@@ -92,7 +96,30 @@ def run_job(
             (:func:`~django_debounce.run.interrupts.is_host_stop`: the worker's second
             signal, Celery's cold shutdown): nothing is recorded, and the job runs
             again once its lease lapses.
+
+    While tracing is on (decision 213) the run is a span linked to the calls
+    the job carries, current while the task runs.
     """
+    tracer = tracing.tracer()
+    if tracer is None:
+        _run(job, worker_id, using, retry_for, successes, on_control, None)
+        return
+    from ..tracing.spans import RunSpan
+
+    with RunSpan(tracer, job) as span:
+        _run(job, worker_id, using, retry_for, successes, on_control, span)
+
+
+def _run(
+    job: Job,
+    worker_id: str,
+    using: str,
+    retry_for: timedelta | None,
+    successes: SuccessBatch | None,
+    on_control: Callable[[RunControl], None] | None,
+    span: RunSpan | None,
+) -> None:
+    """The body of :func:`run_job`; ``span`` (tracing on) hears what the task did."""
     task = registry.lookup(job.task_name)
     if task is None:
         handle_unknown_task(job, worker_id=worker_id, using=using, retry_for=retry_for)
@@ -132,6 +159,8 @@ def run_job(
     except BaseException as exc:  # SystemExit, KeyboardInterrupt too: the run's error
         if is_host_stop(exc):
             raise  # a signal handler ending the process, not the task (decision 150)
+        if span is not None:
+            span.raised(exc)
         control.progress.flush()  # the last value reported, before the outcome (decision 203)
         if isinstance(exc, JobCancelled) or _cancel_requested(control):
             # Stopped on request, or failed after it: CANCELLED, never retried (decision 186).
@@ -156,6 +185,8 @@ def run_job(
             retry_for=retry_for,
         )
     else:
+        if span is not None:
+            span.returned()
         control.progress.flush()
         if successes is not None and task.options.circuit_breaker is None:
             successes.add(job, storable_result(result), result)

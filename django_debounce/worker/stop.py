@@ -23,6 +23,7 @@ from types import FrameType
 from django.db import DatabaseError, InterfaceError, connections
 from django.utils import timezone
 
+from .. import tracing
 from ..flow.start_rules import expired_at_start
 from ..models import Job
 from ..run import leases, outcomes
@@ -88,9 +89,10 @@ class WorkerStop:
         if not expired_at_start(job, now):
             return True
         try:
-            outcomes.expire_claimed(
+            if outcomes.expire_claimed(
                 job, started_before=before, worker_id=self.worker_id, now=now, using=self.using
-            )
+            ):
+                tracing.expired_unrun(job)
         except (DatabaseError, InterfaceError):
             logger.exception(
                 "could not expire job %s; it stays claimed until its lease lapses",

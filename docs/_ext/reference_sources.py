@@ -75,6 +75,7 @@ PUBLIC_MODULES: dict[str, tuple[str, ...] | None] = {
     "django_debounce.contrib.celery.executor": None,
     "django_debounce.contrib.celery.metrics": None,
     "django_debounce.contrib.prometheus.metrics": None,
+    "django_debounce.tracing": ("tracer", "use_tracer_provider"),
     "django_debounce.contrib.prometheus.views": None,
 }
 

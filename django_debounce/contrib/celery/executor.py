@@ -40,6 +40,7 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, InterfaceError, connections, router
 from django.utils import timezone
 
+from ... import tracing
 from ...conf import settings
 from ...db_errors import ReconnectBackoff
 from ...exceptions import JobFailedError, JobRetryError
@@ -324,7 +325,10 @@ def take_and_run(job_id: int, *, using: str | None = None) -> handoff.Taken:
         return taken
     now = timezone.now()
     if expired_at_start(job, now):  # it waited in the broker past its expiry (decision 146)
-        outcomes.expire_claimed(job, started_before=None, worker_id=worker_id, now=now, using=using)
+        if outcomes.expire_claimed(
+            job, started_before=None, worker_id=worker_id, now=now, using=using
+        ):
+            tracing.expired_unrun(job)
         return taken
 
     with process_keeper.holding(job.pk, worker_id=worker_id, lease=lease, using=using):
