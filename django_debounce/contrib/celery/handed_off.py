@@ -30,12 +30,15 @@ from ...models import Job
 from ...run import outcomes
 from ...run.execution import run_job
 from ...run.lease_keeper import process_keeper
+from ...run.success_batches import SuccessBatch
 from . import handoff
 
 logger = logging.getLogger("django_debounce.celery")
 
 
-def take_and_run(job_id: int, *, using: str | None = None) -> handoff.Taken:
+def take_and_run(
+    job_id: int, *, using: str | None = None, successes: SuccessBatch | None = None
+) -> handoff.Taken:
     """Take the handed-off job ``job_id`` and run it in this (Celery worker) process.
 
     Takes the job (:func:`~django_debounce.contrib.celery.handoff.take`: one conditional
@@ -46,6 +49,12 @@ def take_and_run(job_id: int, *, using: str | None = None) -> handoff.Taken:
     ``DEBOUNCE_LEASE`` that a keeper thread renews every third of it, so a
     Celery worker that dies mid-job stops renewing and the job runs again
     after its lease (at least once, §7).
+
+    ``successes``: where a plain success waits for its batched write (the Celery
+    task passes its process's batch,
+    :data:`~django_debounce.contrib.celery.batched_successes.process_successes`,
+    decision 215; the job is then still RUNNING when this returns); ``None``
+    writes it before this returns.
 
     Returns:
         :class:`~django_debounce.contrib.celery.handoff.Taken`: ``job`` is ``None`` for a
@@ -78,7 +87,7 @@ def take_and_run(job_id: int, *, using: str | None = None) -> handoff.Taken:
         return taken
 
     with process_keeper.holding(job.pk, worker_id=worker_id, lease=lease, using=using):
-        run_job(job, worker_id=worker_id, using=using, retry_for=lease)
+        run_job(job, worker_id=worker_id, using=using, retry_for=lease, successes=successes)
     return taken
 
 

@@ -13,6 +13,7 @@ import logging
 
 from celery import shared_task
 from celery.exceptions import Ignore, Retry
+from celery.signals import worker_process_shutdown, worker_shutdown
 from django.db import DEFAULT_DB_ALIAS, router
 
 from ...exceptions import JobFailedError
@@ -20,6 +21,7 @@ from ...job_ids import parse_id
 from ...models import Job
 from ...signals import job_progress
 from . import executor as celery_executor
+from .batched_successes import process_successes
 from .kept_connection import kept_connection
 from .progress_state import store_progress_state
 
@@ -29,6 +31,11 @@ logger = logging.getLogger("django_debounce.celery")
 job_progress.connect(
     store_progress_state, sender=Job, dispatch_uid="django_debounce.celery.progress"
 )
+
+
+# A warm shutdown writes the successes still waiting for their batched write (decision 216).
+worker_process_shutdown.connect(process_successes.flush_all, weak=False)
+worker_shutdown.connect(process_successes.flush_all, weak=False)
 
 
 @shared_task(name=celery_executor.RUN_TASK, throws=(JobFailedError,))
@@ -62,7 +69,11 @@ def run_handoff_message(*args: object, **kwargs: object) -> object:
 
     The outcome is written before anything is raised, and a redelivered
     message is a no-op, so no ``acks_late``/``acks_on_failure_or_timeout``
-    setting changes the job. The take, the run and the outcome use a
+    setting changes the job. A plain success is written in a batch with
+    others within ``DEBOUNCE_SUCCESS_FLUSH_INTERVAL``
+    (:mod:`~django_debounce.contrib.celery.batched_successes`, decision 215):
+    SUCCESS is recorded as the task returns, the job row follows within
+    the interval. The take, the run and the outcome use a
     connection this worker thread keeps across jobs, which Celery's Django
     fixup does not close around each task
     (:func:`~django_debounce.contrib.celery.kept_connection.kept_connection`,
@@ -73,9 +84,14 @@ def run_handoff_message(*args: object, **kwargs: object) -> object:
         raise Ignore()
     using = router.db_for_write(Job) or DEFAULT_DB_ALIAS
     with kept_connection(using):
-        job = celery_executor.take_and_run(job_id, using=using).job
+        successes = process_successes.batch_for(using)
+        job = celery_executor.take_and_run(job_id, using=using, successes=successes).job
     if job is None:
         raise Ignore()
+    if successes is not None:
+        waiting, stored = process_successes.holds(job, using)
+        if waiting:  # written within DEBOUNCE_SUCCESS_FLUSH_INTERVAL (decision 215)
+            return stored
     if job.status == Job.Status.SUCCESSFUL:
         return job.result
     if job.status == Job.Status.FAILED:
