@@ -36,6 +36,7 @@ from django.db import connections
 
 from ...conf import settings
 from ...models import Job
+from ...run.lease_keeper import process_keeper
 from ...run.outcomes import record_success
 from ...run.success_batches import SuccessBatch
 from .kept_connection import close_kept, kept_connection
@@ -52,6 +53,16 @@ class _Batch(SuccessBatch):
     def __init__(self, owner: ProcessSuccesses, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._owner = owner
+        self._holds: dict[int, int] = {}  # job id: its lease keeper token
+
+    def release_written(self) -> None:
+        """Stop renewing the leases of the jobs no longer waiting (written, or found late)."""
+        waiting = set(self.pending_ids())
+        with self._lock:
+            done = [pk for pk in self._holds if pk not in waiting]
+            tokens = [self._holds.pop(pk) for pk in done]
+        for token in tokens:
+            process_keeper.release(token)
 
     def add(self, job: Job, stored: Any, result: object, *, worker_id: str = "") -> None:
         if job.pk in self.pending_ids():
@@ -61,6 +72,12 @@ class _Batch(SuccessBatch):
                 job, result, worker_id=worker_id, using=self.using, retry_for=self.retry_for
             )
             return
+        # Renewed until written: a live worker's waiting success keeps its job (decision 216).
+        token = process_keeper.hold(
+            job.pk, worker_id=worker_id, lease=self.retry_for, using=self.using
+        )
+        with self._lock:
+            self._holds[job.pk] = token
         super().add(job, stored, result, worker_id=worker_id)
         due = self.seconds_until_due()
         if len(self) == 1 or due == 0:  # the writer sleeps until a batch has its first entry
@@ -159,6 +176,7 @@ class ProcessSuccesses:
         with kept_connection(batch.using):
             before = len(batch)
             batch.flush_or_log()
+            batch.release_written()
             return not (before and len(batch) == before)
 
     def _main(self) -> None:
