@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 
-from celery import shared_task
+from celery import current_task, shared_task
+from celery.backends.base import DisabledBackend
 from celery.exceptions import Ignore, Retry
 from celery.signals import worker_process_shutdown, worker_shutdown
 from django.db import DEFAULT_DB_ALIAS, router
@@ -69,11 +70,13 @@ def run_handoff_message(*args: object, **kwargs: object) -> object:
 
     The outcome is written before anything is raised, and a redelivered
     message is a no-op, so no ``acks_late``/``acks_on_failure_or_timeout``
-    setting changes the job. A plain success is written in a batch with
-    others within ``DEBOUNCE_SUCCESS_FLUSH_INTERVAL``
+    setting changes the job. When no result backend stores this task's
+    results (none configured, or ``ignore_result``), a plain success is
+    written in a batch with others within ``DEBOUNCE_SUCCESS_FLUSH_INTERVAL``
     (:mod:`~django_debounce.contrib.celery.batched_successes`, decision 215):
-    SUCCESS is recorded as the task returns, the job row follows within
-    the interval. The take, the run and the outcome use a
+    the task returns first, the job row follows within the interval; with a
+    result backend it is written before the task returns, as every other
+    outcome is. The take, the run and the outcome use a
     connection this worker thread keeps across jobs, which Celery's Django
     fixup does not close around each task
     (:func:`~django_debounce.contrib.celery.kept_connection.kept_connection`,
@@ -84,7 +87,7 @@ def run_handoff_message(*args: object, **kwargs: object) -> object:
         raise Ignore()
     using = router.db_for_write(Job) or DEFAULT_DB_ALIAS
     with kept_connection(using):
-        successes = process_successes.batch_for(using)
+        successes = None if _result_stored() else process_successes.batch_for(using)
         job = celery_executor.take_and_run(job_id, using=using, successes=successes).job
     if job is None:
         raise Ignore()
@@ -100,6 +103,21 @@ def run_handoff_message(*args: object, **kwargs: object) -> object:
         error = celery_executor.retry_error(job)
         raise Retry(str(error), exc=error, when=job.run_at)
     raise Ignore()  # a late run: its outcome was discarded, the job is another run's
+
+
+def _result_stored() -> bool:
+    """True when a result backend stores this message's result (then its success is written at once).
+
+    The backend's SUCCESS is final (a later state never replaces it, decision 152), so
+    it must never precede the job row's: a run kept for a batched write and then lost
+    with its process would run again under a SUCCESS already stored (decision 215).
+    """
+    task = current_task
+    if task is None:
+        return False
+    explicit = getattr(task.request, "__dict__", {}).get("ignore_result")
+    ignored = task.ignore_result if explicit is None else explicit
+    return not ignored and not isinstance(task.backend, DisabledBackend)
 
 
 def _job_id(args: tuple[object, ...], kwargs: dict[str, object]) -> int | None:

@@ -12,16 +12,21 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+import uuid
 
 import pytest
 from django.utils import timezone
 
 from django_debounce.contrib.celery import handoff
 from django_debounce.contrib.celery.batched_successes import process_successes
+from django_debounce.contrib.celery.routing import RUN_TASK
 from django_debounce.contrib.celery.tasks import run_handoff_message
 from django_debounce.models import Job
 from django_debounce.run import leases
 from django_debounce.run.success_batches import PendingSuccess, write_successes
+from tests.celery_app import REDIS, make_app, with_results
+from tests.conftest import require_service
+from tests.processes.celery_rig import broker_up
 from tests.testapp.models import CallLog
 from tests.testapp.tasks_celery import record, stacked
 
@@ -150,3 +155,15 @@ def test_a_batch_of_runs_with_their_own_worker_ids_writes_only_the_current_ones(
         (Status.RUNNING, None),
         (Status.SUCCESSFUL, {"n": 2}),
     ]
+
+
+def test_with_a_result_backend_the_success_is_written_before_the_task_returns() -> None:
+    """The backend's SUCCESS is final: it never precedes the row's (decisions 152, 215)."""
+    require_service(broker_up(REDIS), f"needs the local Redis at {REDIS}")
+    app = with_results(make_app(REDIS), f"dbt-cel-{uuid.uuid4().hex[:8]}")
+    job = record.delay("stored")
+    assert _hand_off() == [job.pk]
+    assert app.tasks[RUN_TASK](job.pk)["tag"] == "stored"
+    row = Job.objects.get(pk=job.pk)
+    assert (row.status, row.attempts) == (Status.SUCCESSFUL, 1)
+    assert process_successes.pending_ids() == []
