@@ -9,7 +9,7 @@ process (``debounce-celery-successes``, a daemon started by the first success,
 started again in a forked child) writes them in one ``UPDATE`` once the oldest
 has waited ``DEBOUNCE_SUCCESS_FLUSH_INTERVAL`` seconds (0.1) or the batch is
 full, on a connection of its own that it keeps
-(:func:`~django_debounce.contrib.celery.kept_connection.kept_connection`). The
+(``contrib.celery.kept_connection``, decision 184). The
 Celery task returns as soon as its success is kept, so the task's worker thread
 goes to the next message without waiting for the write.
 

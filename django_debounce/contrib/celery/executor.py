@@ -13,7 +13,7 @@ stay in the database:
   ETA, to the Celery queue :func:`celery_queue` maps the job's queue to. A
   publish that fails is logged; the job waits for its hand-off lease to lapse
   and is handed off again (decision 88);
-* the Celery side, :mod:`django_debounce.contrib.celery.handed_off` (re-exported
+* the Celery side, ``django_debounce.contrib.celery.handed_off`` (re-exported
   here: :func:`take_and_run`, :func:`run_handed_off`, :func:`failed_error`,
   :func:`retry_error`): take the job by id in one conditional statement, run it
   through the built-in worker's run, and return the stored result.
