@@ -113,20 +113,20 @@ class ProcessSuccesses:
         ``None`` when ``DEBOUNCE_SUCCESS_FLUSH_INTERVAL`` is 0 or the thread is
         inside a transaction (a test calling the task inside ``TestCase``).
         """
-        interval = settings.success_flush_interval
+        interval, lease = settings.success_flush_interval, settings.lease
         if interval <= 0 or connections[using].in_atomic_block:
             return None
         with self._changed:
             batch = self._batches.get(using)
-            if batch is None or batch.interval != interval:
-                if batch is not None:  # the setting changed (a test): write the old ones first
+            if batch is None or (batch.interval, batch.retry_for) != (interval, lease):
+                if batch is not None:  # a setting changed (a test): write the old ones first
                     self._write(batch)
                 batch = self._batches[using] = _Batch(
                     self,
                     worker_id="celery:",
                     using=using,
                     interval=interval,
-                    retry_for=settings.lease,
+                    retry_for=lease,
                 )
             if self._thread is None:
                 self._thread = threading.Thread(

@@ -23,10 +23,12 @@ from django_debounce.contrib.celery.routing import RUN_TASK
 from django_debounce.contrib.celery.tasks import run_handoff_message
 from django_debounce.models import Job
 from django_debounce.run import leases
+from django_debounce.run.lease_keeper import process_keeper
 from django_debounce.run.success_batches import PendingSuccess, write_successes
 from tests.celery_app import REDIS, make_app, with_results
 from tests.conftest import require_service
 from tests.processes.celery_rig import broker_up
+from tests.procs import wait_for
 from tests.testapp.models import CallLog
 from tests.testapp.tasks_celery import record, stacked
 
@@ -167,3 +169,22 @@ def test_with_a_result_backend_the_success_is_written_before_the_task_returns() 
     row = Job.objects.get(pk=job.pk)
     assert (row.status, row.attempts) == (Status.SUCCESSFUL, 1)
     assert process_successes.pending_ids() == []
+
+
+def test_a_waiting_success_keeps_its_lease_renewed_by_the_process_keeper(settings) -> None:
+    """Decision 216: a live worker's waiting success is never reclaimed."""
+    settings.DEBOUNCE_LEASE = "3s"  # renewed every second
+    job = record.delay("renewed")
+    assert _hand_off() == [job.pk]
+    run_handoff_message(job.pk)
+    first = Job.objects.get(pk=job.pk).lease_expires_at
+    assert job.pk in process_keeper.held_ids()
+    wait_for(
+        lambda: Job.objects.get(pk=job.pk).lease_expires_at > first,
+        timeout=15,
+        what="the keeper to renew the waiting success's lease",
+    )
+    assert Job.objects.get(pk=job.pk).status == Status.RUNNING
+    process_successes.flush_all()
+    assert job.pk not in process_keeper.held_ids(), "released once written"
+    assert Job.objects.get(pk=job.pk).status == Status.SUCCESSFUL
