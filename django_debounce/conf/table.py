@@ -109,7 +109,8 @@ class Settings:
         "It counts the jobs a busy worker claims beyond its free threads, e.g. "
         "DEBOUNCE_PREFETCH = 100 (the default); 0 claims only for free threads.",
     )
-    #: Longest a success waits for its batched write, in seconds; 0: write each at once.
+    #: Longest a success waits for its batched write, in seconds (the built-in worker, and a Celery
+    #: worker process whose run task stores no result, decision 215); 0: write each at once.
     success_flush_interval = Setting(
         "DEBOUNCE_SUCCESS_FLUSH_INTERVAL",
         0.1,

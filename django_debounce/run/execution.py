@@ -189,7 +189,7 @@ def _run(
             span.returned()
         control.progress.flush()
         if successes is not None and task.options.circuit_breaker is None:
-            successes.add(job, storable_result(result), result)
+            successes.add(job, storable_result(result), result, worker_id=worker_id)
         else:
             outcomes.record_success(
                 job, result, worker_id=worker_id, using=using, retry_for=retry_for

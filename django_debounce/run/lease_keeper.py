@@ -151,6 +151,18 @@ class ProcessLeaseKeeper:
         self, job_id: int, *, worker_id: str, lease: timedelta, using: str
     ) -> Iterator[None]:
         """Renew job ``job_id``'s lease (``lease``, under ``worker_id``) while the block runs."""
+        token = self.hold(job_id, worker_id=worker_id, lease=lease, using=using)
+        try:
+            yield
+        finally:
+            self.release(token)
+
+    def hold(self, job_id: int, *, worker_id: str, lease: timedelta, using: str) -> int:
+        """Start renewing job ``job_id``'s lease until :meth:`release` gets the token returned.
+
+        What :meth:`holding` does around a run; held apart from it by a success that
+        waits for its batched write (still RUNNING: decision 215).
+        """
         held = _Held(job_id, worker_id, lease, using, time.monotonic() + lease.total_seconds() / 3)
         token = id(held)
         with self._changed:
@@ -162,11 +174,12 @@ class ProcessLeaseKeeper:
                 self._thread.start()
             elif self._wake_at is None or held.due < self._wake_at:
                 self._changed.notify()
-        try:
-            yield
-        finally:
-            with self._changed:
-                del self._held[token]
+        return token
+
+    def release(self, token: int) -> None:
+        """Stop renewing the run :meth:`hold` returned ``token`` for."""
+        with self._changed:
+            self._held.pop(token, None)
 
     def _due(self) -> list[_Held]:
         """Wait until some run's renewal is due; return those runs (their next renewal set)."""

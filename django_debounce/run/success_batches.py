@@ -33,9 +33,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import DatabaseError, InterfaceError, connections, models, transaction
-from django.db.models import Q, Value
-from django.db.models.expressions import RawSQL
+from django.db import DatabaseError, InterfaceError, connections, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from ..db_errors import is_transient, retry_transient
@@ -46,6 +45,7 @@ from .batch_budget import MAX_BATCH_BYTES, database_answers, entry_bytes, max_ba
 from .final_failures import log_discarded_late_run, log_refused
 from .outcomes import record_success
 from .storable import short_repr
+from .success_sql import per_job, worker_fence
 
 #: The worker's documented logger (docs/reference/commands.md): outcome lines keep its name.
 logger = logging.getLogger("django_debounce.worker")
@@ -66,6 +66,8 @@ class PendingSuccess:
         result: what the task returned, for the per-job fallback write.
         finished_at: when the run returned (written as ``finished_at``).
         size: the bytes it adds to the batch's statement (:func:`~django_debounce.run.batch_budget.entry_bytes`).
+        worker_id: the run's own worker id (its fence), when it is not the batch's
+            (the Celery executor's runs each have one, decision 215); ``""``: the batch's.
     """
 
     job: Job
@@ -73,6 +75,7 @@ class PendingSuccess:
     result: object
     finished_at: datetime
     size: int = 0
+    worker_id: str = ""
 
 
 def write_successes(entries: list[PendingSuccess], *, worker_id: str, using: str) -> set[int]:
@@ -81,13 +84,13 @@ def write_successes(entries: list[PendingSuccess], *, worker_id: str, using: str
     The batched form of :func:`django_debounce.lifecycle.succeed`: the same
     columns (``status``, ``result``, ``finished_at``, no lease, no
     ``unique_lock``) and the same fence (§11): a row is written only while it
-    is RUNNING for ``worker_id`` at the entry's attempt
-    (:meth:`~django_debounce.models.JobQuerySet.current_run`, one ``attempts``
-    group of ids per distinct attempt). A run whose job was reclaimed meanwhile
-    is not written; its id is missing from the answer. The per-job values go
-    through ``CASE`` (a shared value, e.g. every task returned ``None``, is
-    written plainly). When fewer rows were written than entries, one more query
-    finds which.
+    is RUNNING for its run's worker id (the entry's ``worker_id``, else
+    ``worker_id``; :func:`~django_debounce.run.success_sql.worker_fence`) at the
+    entry's attempt (one ``attempts`` group of ids per distinct attempt). A run
+    whose job was reclaimed meanwhile is not written; its id is missing from the
+    answer. The per-job values go through ``CASE`` (a shared value, e.g. every
+    task returned ``None``, is written plainly). When fewer rows were written
+    than entries, one more query finds which.
 
     Raises:
         DatabaseError: the statement failed; nothing was written.
@@ -100,42 +103,27 @@ def write_successes(entries: list[PendingSuccess], *, worker_id: str, using: str
     fence = Q()
     for attempts, ids in groups.items():
         fence |= Q(attempts=attempts, pk__in=ids)
-    rows = Job.objects.using(using).filter(fence, status=Status.RUNNING, worker_id=worker_id)
+    pks = [entry.job.pk for entry in entries]
+    fence &= worker_fence(pks, [entry.worker_id or worker_id for entry in entries], using)
+    rows = Job.objects.using(using).filter(fence, status=Status.RUNNING)
+    field = Job._meta.get_field
     updated = rows.update(
         status=Status.SUCCESSFUL,
-        result=_per_job(entries, "stored", Job._meta.get_field("result"), using),  # type: ignore[arg-type]
-        finished_at=_per_job(entries, "finished_at", Job._meta.get_field("finished_at"), using),  # type: ignore[arg-type]
+        result=per_job(pks, [entry.stored for entry in entries], field("result"), using),  # type: ignore[arg-type]
+        finished_at=per_job(
+            pks,
+            [entry.finished_at for entry in entries],
+            field("finished_at"),  # type: ignore[arg-type]
+            using,
+        ),
         lease_expires_at=None,
         unique_lock=None,
     )
     if updated == len(entries):
-        return {entry.job.pk for entry in entries}
-    finished = Job.objects.using(using).filter(fence, status=Status.SUCCESSFUL, worker_id=worker_id)
+        return set(pks)
+    finished = Job.objects.using(using).filter(fence, status=Status.SUCCESSFUL)
     stamps = {entry.job.pk: entry.finished_at for entry in entries}
     return {pk for pk, at in finished.values_list("pk", "finished_at") if stamps.get(pk) == at}
-
-
-def _per_job(
-    entries: list[PendingSuccess], attr: str, field: models.Field[Any, Any], using: str
-) -> Any:
-    """Return the value of ``attr`` to write: one shared ``Value``, or a ``CASE`` on the id.
-
-    The ``CASE`` is written as SQL with the field's own adapted parameters: built
-    through ``When(pk=…)`` it cost ~0.5 ms of Python per job (a ``Q`` resolved per
-    branch), more than the statement saves.
-    """
-    values = [getattr(entry, attr) for entry in entries]
-    first = values[0]
-    if all(value == first and type(value) is type(first) for value in values):
-        return Value(first, output_field=field)
-    connection = connections[using]
-    params: list[Any] = []
-    for entry, value in zip(entries, values, strict=True):
-        params += [entry.job.pk, field.get_db_prep_save(value, connection)]
-    column = connection.ops.quote_name(str(Job._meta.pk.column))  # type: ignore[union-attr]
-    return RawSQL(
-        f"CASE {column}{' WHEN %s THEN %s' * len(entries)} END", params, output_field=field
-    )
 
 
 class SuccessBatch:
@@ -178,14 +166,18 @@ class SuccessBatch:
         with self._lock:
             return len(self._entries)
 
-    def add(self, job: Job, stored: Any, result: object) -> None:
-        """Keep the success of ``job``'s run (``stored``: the result's JSON) for the next flush."""
+    def add(self, job: Job, stored: Any, result: object, *, worker_id: str = "") -> None:
+        """Keep the success of ``job``'s run (``stored``: the result's JSON) for the next flush.
+
+        ``worker_id``: the run's own worker id when it is not the batch's (decision 215).
+        """
         entry = PendingSuccess(
             job=job,
             stored=stored,
             result=result,
             finished_at=timezone.now(),
             size=entry_bytes(stored),
+            worker_id=worker_id,
         )
         with self._lock:
             if not self._entries:
@@ -352,7 +344,7 @@ class SuccessBatch:
         record_success(
             entry.job,
             value,
-            worker_id=self.worker_id,
+            worker_id=entry.worker_id or self.worker_id,
             using=self.using,
             retry_for=self.retry_for,
             now=entry.finished_at,

@@ -111,4 +111,13 @@ def kept_connection(using: str) -> Iterator[None]:
         entry["used"] = time.monotonic()
 
 
-__all__ = ["IDLE_CHECK", "kept_connection"]
+def close_kept() -> None:
+    """Close this thread's kept connections (a thread that stops; errors are ignored)."""
+    for entry in getattr(_local, "kept", {}).values():
+        try:
+            entry["wrapper"].close()
+        except (DatabaseError, InterfaceError):
+            entry["wrapper"].connection = None
+
+
+__all__ = ["IDLE_CHECK", "close_kept", "kept_connection"]

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import logging
 
-from celery import shared_task
+from celery import current_task, shared_task
+from celery.backends.base import DisabledBackend
 from celery.exceptions import Ignore, Retry
+from celery.signals import worker_process_shutdown, worker_shutdown
 from django.db import DEFAULT_DB_ALIAS, router
 
 from ...exceptions import JobFailedError
@@ -20,6 +22,7 @@ from ...job_ids import parse_id
 from ...models import Job
 from ...signals import job_progress
 from . import executor as celery_executor
+from .batched_successes import process_successes
 from .kept_connection import kept_connection
 from .progress_state import store_progress_state
 
@@ -29,6 +32,11 @@ logger = logging.getLogger("django_debounce.celery")
 job_progress.connect(
     store_progress_state, sender=Job, dispatch_uid="django_debounce.celery.progress"
 )
+
+
+# A warm shutdown writes the successes still waiting for their batched write (decision 216).
+worker_process_shutdown.connect(process_successes.flush_all, weak=False)
+worker_shutdown.connect(process_successes.flush_all, weak=False)
 
 
 @shared_task(name=celery_executor.RUN_TASK, throws=(JobFailedError,))
@@ -62,7 +70,13 @@ def run_handoff_message(*args: object, **kwargs: object) -> object:
 
     The outcome is written before anything is raised, and a redelivered
     message is a no-op, so no ``acks_late``/``acks_on_failure_or_timeout``
-    setting changes the job. The take, the run and the outcome use a
+    setting changes the job. When no result backend stores this task's
+    results (none configured, or ``ignore_result``), a plain success is
+    written in a batch with others within ``DEBOUNCE_SUCCESS_FLUSH_INTERVAL``
+    (:mod:`~django_debounce.contrib.celery.batched_successes`, decision 215):
+    the task returns first, the job row follows within the interval; with a
+    result backend it is written before the task returns, as every other
+    outcome is. The take, the run and the outcome use a
     connection this worker thread keeps across jobs, which Celery's Django
     fixup does not close around each task
     (:func:`~django_debounce.contrib.celery.kept_connection.kept_connection`,
@@ -73,9 +87,14 @@ def run_handoff_message(*args: object, **kwargs: object) -> object:
         raise Ignore()
     using = router.db_for_write(Job) or DEFAULT_DB_ALIAS
     with kept_connection(using):
-        job = celery_executor.take_and_run(job_id, using=using).job
+        successes = None if _result_stored() else process_successes.batch_for(using)
+        job = celery_executor.take_and_run(job_id, using=using, successes=successes).job
     if job is None:
         raise Ignore()
+    if successes is not None:
+        waiting, stored = process_successes.holds(job, using)
+        if waiting:  # written within DEBOUNCE_SUCCESS_FLUSH_INTERVAL (decision 215)
+            return stored
     if job.status == Job.Status.SUCCESSFUL:
         return job.result
     if job.status == Job.Status.FAILED:
@@ -84,6 +103,21 @@ def run_handoff_message(*args: object, **kwargs: object) -> object:
         error = celery_executor.retry_error(job)
         raise Retry(str(error), exc=error, when=job.run_at)
     raise Ignore()  # a late run: its outcome was discarded, the job is another run's
+
+
+def _result_stored() -> bool:
+    """True when a result backend stores this message's result (then its success is written at once).
+
+    The backend's SUCCESS is final (a later state never replaces it, decision 152), so
+    it must never precede the job row's: a run kept for a batched write and then lost
+    with its process would run again under a SUCCESS already stored (decision 215).
+    """
+    task = current_task
+    if task is None:
+        return False
+    explicit = getattr(task.request, "__dict__", {}).get("ignore_result")
+    ignored = task.ignore_result if explicit is None else explicit
+    return not ignored and not isinstance(task.backend, DisabledBackend)
 
 
 def _job_id(args: tuple[object, ...], kwargs: dict[str, object]) -> int | None:

@@ -1,7 +1,8 @@
 """What one handed-off job costs the Celery task, and the connection it keeps (decisions 183-185).
 
-* the take and the outcome are one statement each (MariaDB: the take reads its row
-  after the ``UPDATE``, having no ``RETURNING``), each its own autocommit transaction;
+* the task runs one statement, the take (MariaDB: the take reads its row after the
+  ``UPDATE``, having no ``RETURNING``), in its own autocommit transaction; the successes
+  of several jobs are then one ``UPDATE`` (decision 215);
 * Celery's Django fixup closes the worker's connections before and after every task
   (``CELERY_DB_REUSE_MAX`` unset): the task's own connection outlives it, so jobs in a
   row run on one database session; one the server ended is replaced before the take;
@@ -24,6 +25,7 @@ from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 
 from django_debounce.contrib.celery import handoff, kept_connection
+from django_debounce.contrib.celery.batched_successes import process_successes
 from django_debounce.contrib.celery.tasks import run_handoff_message
 from django_debounce.models import Job
 from django_debounce.run.lease_keeper import process_keeper
@@ -68,24 +70,34 @@ def _the_tasks_connection():
     return kept_connection._local.kept["default"]["wrapper"]
 
 
-def test_a_handed_off_job_costs_the_take_and_the_outcome_one_statement_each(fixup) -> None:
+def test_a_handed_off_job_costs_the_task_the_take_and_its_success_a_share_of_one_update(
+    fixup, settings
+) -> None:
+    """Decision 215: the task's thread runs the take alone; the success waits for its batch."""
+    settings.DEBOUNCE_SUCCESS_FLUSH_INTERVAL = 30  # written when the test says, not before
     _run_as_a_worker(fixup, _handed_off("warm-up"))  # compiles the statements once per process
-    job_id = _handed_off("counted")
+    process_successes.flush_all()
+    job_ids = [_handed_off(f"counted-{n}") for n in range(3)]
     with CaptureQueriesContext(_the_tasks_connection()) as ctx:
-        assert _run_as_a_worker(fixup, job_id)["tag"] == "counted"
+        for n, job_id in enumerate(job_ids):
+            assert _run_as_a_worker(fixup, job_id)["tag"] == f"counted-{n}"
     statements = [query["sql"].split()[0] for query in ctx.captured_queries]
     job_table = [q["sql"] for q in ctx.captured_queries if "django_debounce_job" in q["sql"]]
     take = 2 if connection.vendor == "mysql" else 1  # MariaDB: UPDATE, then the row's SELECT
-    assert len(job_table) == take + 1, job_table
+    assert len(job_table) == 3 * take, job_table
     # PostgreSQL: the take's commit skips the WAL flush (SET LOCAL, same round trip).
     prefix = handoff.ASYNC_COMMIT if connection.vendor == "postgresql" else ""
     assert job_table[0].startswith(f"{prefix}UPDATE"), job_table[0]
-    assert "'SUCCESSFUL'" in job_table[-1] and job_table[-1].startswith("UPDATE")
     # The task's own two statements (record's CallLog INSERT and UPDATE) apart, nothing else:
-    # no BEGIN/COMMIT pair, no SAVEPOINT, no lease renewal.
-    assert statements.count("INSERT") == 1 and len(statements) == take + 1 + 2, statements
-    row = Job.objects.get(pk=job_id)
-    assert (row.status, row.attempts) == (Status.SUCCESSFUL, 1)
+    # no BEGIN/COMMIT pair, no SAVEPOINT, no lease renewal, no outcome yet.
+    assert statements.count("INSERT") == 3 and len(statements) == 3 * (take + 2), statements
+    assert Job.objects.filter(pk__in=job_ids, status=Status.RUNNING).count() == 3
+    with CaptureQueriesContext(_the_tasks_connection()) as ctx:
+        process_successes.flush_all()  # the writer thread's work, run here to count it
+    assert [q["sql"].split()[0] for q in ctx.captured_queries] == ["UPDATE"]
+    assert "'SUCCESSFUL'" in ctx.captured_queries[0]["sql"]
+    rows = Job.objects.filter(pk__in=job_ids)
+    assert sorted(rows.values_list("status", "attempts")) == [(Status.SUCCESSFUL, 1)] * 3
     if connection.vendor == "postgresql":  # SET LOCAL: the take's transaction alone
         with _the_tasks_connection().cursor() as cursor:
             cursor.execute("SHOW synchronous_commit")
@@ -150,4 +162,5 @@ def test_no_thread_is_started_per_job(fixup) -> None:
         _run_as_a_worker(fixup, _handed_off(f"short-{n}"))
     assert threading.active_count() == threads
     assert process_keeper.renewals == renewals, "a job far within its lease is never renewed"
+    process_successes.flush_all()  # a success waiting for its write is held until written
     assert process_keeper.held_ids() == []

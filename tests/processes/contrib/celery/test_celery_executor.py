@@ -156,7 +156,10 @@ def test_a_message_published_twice_runs_the_job_once(rig: CeleryRig) -> None:
     )
     assert worker.stderr().count(f"django_debounce.run_job[{job.pk}] succeeded") == 1
     assert CallLog.objects.filter(task="cel.record", key="twice").count() == 1
-    assert f"message for job {job.pk} is a no-op: it is SUCCESSFUL" in worker.stderr()
+    # The duplicate may arrive while the run's success waits for its batched write (decision
+    # 215): the row is then still RUNNING for the run, and the no-op says so.
+    noop = rf"message for job {job.pk} is a no-op: it is (SUCCESSFUL|already running on celery:)"
+    assert re.search(noop, worker.stderr()), worker.tail()
     assert Job.objects.get(pk=job.pk).attempts == 1
 
 
