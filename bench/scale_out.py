@@ -19,12 +19,15 @@ Brokers (``--brokers``): the local Redis (``--redis``, flushed; never database 0
 (``--amqp``; the bench's queues are purged before each drain). Per row: steady jobs/s (first job
 to last) and whole (from starting the processes), the ratio to plain Celery with the same
 broker, pool and process count in the same round, the scaling ratio to the same drainer at one
-process, and where the CPU went during the drain: ``pg cores`` is the CPU time of the PostgreSQL
-backends serving the bench's database (``/proc/PID/stat`` of the pids ``pg_stat_activity``
-lists, sampled every 0.05 s: a backend that lives less misses its share) over the wall time (1.0 = one core busy), ``busy cores`` the whole
-machine's (``/proc/stat``), and ``xact/job`` the committed transactions per job
-(``pg_stat_database``), ``xact/s`` those per second at the steady rate. On this 2-core machine 4 processes share the cores with PostgreSQL:
-the columns show when the database, not the worker count, sets the rate.
+process, and where the CPU went during the drain, each over the drain's wall time (1.0 = one
+core busy): ``pg cores``, the PostgreSQL backends serving the bench's database
+(``/proc/PID/stat`` of the pids ``pg_stat_activity`` lists, sampled every 0.05 s: a backend
+that lives less misses its share); ``drain cores``, the drain's own processes and their
+children, start-up included (``getrusage(RUSAGE_CHILDREN)``); ``busy cores``, the whole
+machine (``/proc/stat``: other users of a shared machine too). ``xact/job`` is the committed
+transactions per job (``pg_stat_database``), ``xact/s`` those per second at the steady rate.
+On a 2-core machine 4 processes share the cores with PostgreSQL: the columns show whether
+the database, the drainers or the machine sets the rate.
 """
 
 from __future__ import annotations
@@ -108,6 +111,7 @@ class CpuSampler:
 
     def __enter__(self) -> CpuSampler:
         self._ready = threading.Event()
+        self._children = _children_cpu()
         self._machine_before = self._machine()
         self._started = time.monotonic()
         self._thread.start()
@@ -121,7 +125,16 @@ class CpuSampler:
         busy, total = (a - b for a, b in zip(self._machine(), self._machine_before, strict=True))
         pg = sum(self.last[pid] - self.base[pid] for pid in self.last) / TICKS
         self.pg_cores = pg / wall
+        self.drain_cores = (_children_cpu() - self._children) / wall
         self.busy_cores = busy / total * (os.cpu_count() or 1) if total else 0.0
+
+
+def _children_cpu() -> float:
+    """CPU seconds of this process's waited-for descendants (the drain's processes, their children)."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
@@ -251,6 +264,7 @@ def drain(args: argparse.Namespace, side: str, broker: str, pool: str, n: int, d
         "steady": steady,
         "pg": cpu.pg_cores,
         "busy": cpu.busy_cores,
+        "drain": cpu.drain_cores,
         "xact": xact,
     }
 
@@ -276,7 +290,7 @@ def run(args: argparse.Namespace) -> list[list[str]]:
             figures[row].append(result)
             print(
                 f"round {round_no + 1} {row}: {result['steady']:.0f} jobs/s steady, "
-                f"pg {result['pg']:.2f} cores, busy {result['busy']:.2f}",
+                f"pg {result['pg']:.2f} cores, drain {result['drain']:.2f}, busy {result['busy']:.2f}",
                 file=sys.stderr,
                 flush=True,
             )
@@ -310,6 +324,7 @@ def run(args: argparse.Namespace) -> list[list[str]]:
                 ratio,
                 scaling,
                 f"{statistics.median(f['pg'] for f in figures[row]):.2f}",
+                f"{statistics.median(f['drain'] for f in figures[row]):.2f}",
                 f"{statistics.median(f['busy'] for f in figures[row]):.2f}",
                 f"{statistics.median(f['xact'] for f in figures[row]):.2f}"
                 if side != "plain celery"
@@ -366,7 +381,7 @@ def main() -> None:
     )
     print()
     headers = ["drainer", "broker", "pool", "dispatchers", "processes", "jobs/s", "whole"]
-    headers += ["/ plain", "x 1", "pg cores", "busy cores", "xact/job", "xact/s"]
+    headers += ["/ plain", "x 1", "pg cores", "drain cores", "busy cores", "xact/job", "xact/s"]
     print(table(headers, rows))
 
 
