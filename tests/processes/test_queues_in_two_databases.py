@@ -34,10 +34,10 @@ SETTINGS = "tests.settings_two_databases"
 
 ENQUEUE = """
 import json
-from tests.testapp.tasks_queue_databases import in_a, in_b, rated, window
+from tests.testapp.tasks_queue_databases import fails, in_a, in_b, rated, window
 jobs = [in_a.delay(1), in_a.delay(2), in_b.delay(3), in_a.apply_async((4,), queue="sco_b"),
         rated.delay(5), rated.apply_async((6,), queue="sco_b"),
-        window.delay("k"), window.delay("k")]
+        window.delay("k"), window.delay("k"), fails.delay(7)]
 print(json.dumps([[j.pk, j._state.db, j.queue] for j in jobs]))
 """
 
@@ -127,6 +127,7 @@ def test_jobs_of_each_queue_land_in_their_database_and_a_worker_serves_only_its_
         ("queue_b", "sco_b"),
         ("queue_b", "sco_b"),
         ("queue_b", "sco_b"),
+        ("queue_b", "sco_b"),
     ]
     assert made[6][0] == made[7][0]  # the second call slid the window in queue_b
     ready = [("sco.a", [1], "READY", "", None, 1), ("sco.a", [2], "READY", "", None, 1)]
@@ -136,12 +137,13 @@ def test_jobs_of_each_queue_land_in_their_database_and_a_worker_serves_only_its_
         ("sco.a", [4], "READY", "", None, 1),
         ("sco.rated", [6], "READY", "", None, 1),
         ("sco.window", ["k"], "READY", "", None, 2),
+        ("sco.fails", [7], "READY", "", None, 1),
     ]
 
     status = _json(
         _run(procs, "status_b", "debounce_status", "--database", "queue_b", "--format", "json")
     )
-    assert [(q["queue"], q["ready"], q["due"]) for q in status["queues"]] == [("sco_b", 4, 3)]
+    assert [(q["queue"], q["ready"], q["due"]) for q in status["queues"]] == [("sco_b", 5, 4)]
     assert [(w["task_name"], w["key"], w["calls"]) for w in status["windows"]] == [
         ("sco.window", "w:k", 2)
     ]
@@ -161,7 +163,15 @@ def test_jobs_of_each_queue_land_in_their_database_and_a_worker_serves_only_its_
         ("sco.a", [4], "SUCCESSFUL", "wb", 4, 1),
         ("sco.rated", [6], "SUCCESSFUL", "wb", 6, 1),
         ("sco.window", ["k"], "READY", "", None, 2),  # its window is an hour long
+        ("sco.fails", [7], "FAILED", "wb", None, 1),
     ]
+    letters = "SELECT task_name, args, retry_job_id IS NOT NULL FROM django_debounce_deadletter"
+    assert _rows(second_db, letters) == [("sco.fails", [7], False)]
+    # The dead letters of queue_b are retried there (the new job too: the router's choice).
+    out = _run(procs, "retry_b", "retry_dead_letters", "--database", "queue_b")
+    assert "retried 1, " in out, out
+    assert _rows(second_db, letters) == [("sco.fails", [7], True)]
+    assert _jobs_b(second_db)[-1] == ("sco.fails", [7], "READY", "", None, 1)
     assert _jobs_a() == [*ready, ("sco.rated", [5], "READY", "", None, 1)]  # untouched
     # Flow control state is per database: the rate limit's bucket row is queue_b's.
     assert _rows(second_db, "SELECT task_name FROM django_debounce_taskstate") == [("sco.rated",)]
@@ -204,7 +214,9 @@ def test_the_celery_executor_runs_each_database_s_jobs_from_its_own_dispatcher(
             "queue_b",
         )
         wait_for(
-            lambda: [row[2] for row in _jobs_b(second_db)] == ["SUCCESSFUL"] * 3 + ["READY"],
+            lambda: (
+                [row[2] for row in _jobs_b(second_db)] == ["SUCCESSFUL"] * 3 + ["READY", "FAILED"]
+            ),
             timeout=60,
             what=lambda: f"queue_b's jobs to run on Celery: {_jobs_b(second_db)}",
         )

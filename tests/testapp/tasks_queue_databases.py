@@ -29,6 +29,12 @@ def rated(n: int) -> int:
     return n
 
 
+@task(name="sco.fails", queue="sco_b", max_retries=0)
+def fails(n: int) -> None:
+    """Raise: its one attempt ends in a dead letter of the second database."""
+    raise RuntimeError(f"sco.fails {n}")
+
+
 @debounced_task(
     name="sco.window",
     queue="sco_b",
