@@ -17,6 +17,7 @@ DATABASES["queue_b"] = {  # noqa: F405
     "TEST": {"NAME": os.environ["DEBOUNCE_TEST_SECOND_DB"]},
 }
 DATABASE_ROUTERS = ["tests.queue_router.QueueRouter"]
+os.environ["DEBOUNCE_SCO_RATED"] = "1"  # register the gated sco.rated (read at app load)
 if os.environ.get("DEBOUNCE_TEST_CELERY_QUEUE"):  # the rig's one Celery queue takes both
     DEBOUNCE_CELERY_QUEUES = dict.fromkeys(
         ("sco_a", "sco_b"), os.environ["DEBOUNCE_TEST_CELERY_QUEUE"]
