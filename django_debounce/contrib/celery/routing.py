@@ -110,8 +110,8 @@ def publish(
     """Publish one ``django_debounce.run_job`` message per handed-off job; return (sent, failed).
 
     Each message: argument the job id (and its database alias when it is not the
-    router's default: :func:`~django_debounce.contrib.celery.routing.message_args`), task id ``str(job.pk)`` (so Flower and
-    ``AsyncResult`` show the job), no ETA (a job is never parked in the
+    router's default: :func:`~django_debounce.contrib.celery.routing.message_args`),
+    task id ``str(job.pk)`` (so Flower and ``AsyncResult`` show the job), no ETA (a job is never parked in the
     broker, so no visibility timeout redelivers it early), queue
     :func:`celery_queue`. Call it after the hand-off claim committed. A
     publish that raises is logged (action ``publish_error``) and counted; that
