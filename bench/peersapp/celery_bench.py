@@ -2,7 +2,8 @@
 
 Configured for Celery's fastest honest drain of fire-and-forget tasks: results
 ignored (no result backend write), early acks (the default), no events,
-default prefetch. The broker is ``DEBOUNCE_PEERS_REDIS`` (never database 0).
+default prefetch. The broker is ``DEBOUNCE_PEERS_REDIS`` (never database 0), or
+``DEBOUNCE_BENCH_BROKER`` when set (``bench/scale_out.py``: RabbitMQ).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from celery import Celery
 
 from . import counter
 
-app = Celery("peers", broker=counter.URL)
+app = Celery("peers", broker=counter.BROKER)
 app.conf.update(
     task_ignore_result=True,
     task_default_queue="peers",

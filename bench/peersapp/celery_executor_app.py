@@ -17,7 +17,7 @@ from . import counter
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.peersapp.settings_celery")
 
-app = Celery("executor-bench", broker=counter.URL)
+app = Celery("executor-bench", broker=counter.BROKER)
 app.conf.update(
     task_ignore_result=True,
     worker_send_task_events=False,

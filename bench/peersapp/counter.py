@@ -15,6 +15,9 @@ from typing import Any
 
 #: Redis database of the benchmark (never 0: it is flushed before each run).
 URL = os.environ.get("DEBOUNCE_PEERS_REDIS", "redis://127.0.0.1:6379/9")
+#: The Celery broker of the bench apps: this Redis unless ``DEBOUNCE_BENCH_BROKER`` names
+#: another (``bench/scale_out.py`` races RabbitMQ, ``amqp://…``); the counter stays on Redis.
+BROKER = os.environ.get("DEBOUNCE_BENCH_BROKER") or URL
 COUNT = "peers:count"
 FIRST = "peers:first"
 LAST = "peers:last"

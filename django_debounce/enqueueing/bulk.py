@@ -35,16 +35,14 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from django.db import (
-    DEFAULT_DB_ALIAS,
     DatabaseError,
     IntegrityError,
     OperationalError,
-    router,
     transaction,
 )
 from django.utils import timezone
 
-from .. import lifecycle, registry, tracing
+from .. import databases, lifecycle, registry, tracing
 from ..conf import settings
 from ..exceptions import (
     ConfigurationError,
@@ -102,7 +100,9 @@ def enqueue_many(calls: Iterable[Call | Sequence[Any]], *, using: str | None = N
     Args:
         calls: :class:`Call` items (or tuples ``(task, args[, kwargs[, options]])``);
             ``task`` is a ``Task`` or a task name.
-        using: database alias; default: the router's choice for ``Job``.
+        using: database alias; default: the router's choice for ``Job`` told each
+            call's ``queue`` and ``task_name`` (decision 224), which must be one
+            database for the whole batch.
 
     Returns:
         One :class:`~django_debounce.models.Job` per call, in the calls' order,
@@ -116,7 +116,8 @@ def enqueue_many(calls: Iterable[Call | Sequence[Any]], *, using: str | None = N
             invalid, as for ``apply_async``; the message starts with
             ``enqueue_many: call [i]`` (its index) and nothing is written.
             Also ``USE_TZ = False`` (check E011), and a call that is not a
-            ``Call``/tuple of 2 to 4 items.
+            ``Call``/tuple of 2 to 4 items; and calls the database router sends to
+            two databases, without ``using=`` (decision 224).
         EnqueueContentionError: lock contention outlasted the retry budget
             (``DEBOUNCE_ENQUEUE_RETRIES``) for the whole batch; nothing was written.
         NotMigratedError: the database has no django_debounce tables (``migrate``
@@ -128,7 +129,7 @@ def enqueue_many(calls: Iterable[Call | Sequence[Any]], *, using: str | None = N
     plans = [_plan(index, call, now) for index, call in enumerate(calls)]
     if not plans:
         return []
-    db = using or router.db_for_write(Job) or DEFAULT_DB_ALIAS
+    db = using or _one_database(plans)
     tracer = tracing.tracer()  # None while tracing is off (decision 211)
     try:
         if tracer is None:
@@ -145,6 +146,23 @@ def enqueue_many(calls: Iterable[Call | Sequence[Any]], *, using: str | None = N
     for job in jobs:
         send_signal(job_enqueued, job=job, outcome=job.outcome)
     return jobs
+
+
+def _one_database(plans: list[Plan]) -> str:
+    """Return the database the router gives every call of the batch, or refuse a split batch.
+
+    Raises:
+        ConfigurationError: the router sends calls to two databases (one transaction
+            cannot span them); nothing was written.
+    """
+    chosen = {databases.for_job(plan.queue, plan.task_name) for plan in plans}
+    if len(chosen) > 1:
+        raise ConfigurationError(
+            f"enqueue_many: the database router sends these calls to {sorted(chosen)}; one "
+            "batch is one transaction in one database: split the batch by database, or "
+            "give using=."
+        )
+    return chosen.pop()
 
 
 def _plan(index: int, call: object, now: datetime) -> Plan:

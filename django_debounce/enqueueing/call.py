@@ -22,16 +22,14 @@ from datetime import datetime
 from typing import NoReturn
 
 from django.db import (
-    DEFAULT_DB_ALIAS,
     DatabaseError,
     IntegrityError,
     OperationalError,
-    router,
     transaction,
 )
 from django.utils import timezone
 
-from .. import lifecycle, registry, tracing
+from .. import databases, lifecycle, registry, tracing
 from ..conf import settings
 from ..db_errors import is_contention
 from ..exceptions import ConfigurationError, EnqueueContentionError
@@ -165,7 +163,8 @@ def write(plan: Plan, now: datetime, using: str | None = None) -> Job:
         NotMigratedError: the database has no django_debounce tables
             (``migrate`` not run), chained from the driver's error.
     """
-    db = using or router.db_for_write(Job) or DEFAULT_DB_ALIAS
+    # The router is told the job's queue and task: a router may route queues (decision 224).
+    db = using or databases.for_job(plan.queue, plan.task_name)
     try:
         return _write_retrying(plan, now, db)
     except DatabaseError as exc:

@@ -42,7 +42,7 @@ def retry_dead_letter(letter: DeadLetter, *, force: bool = False) -> Job | None:
             declaration changed so that the stored call is no longer valid.
     """
     with transaction.atomic(using=letter._state.db):
-        entry = DeadLetter.objects.select_for_update().get(pk=letter.pk)
+        entry = DeadLetter.objects.using(letter._state.db).select_for_update().get(pk=letter.pk)
         if entry.retried_at is not None and not force:
             return None
         original = entry.job

@@ -38,10 +38,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, IntegrityError, router, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, transaction
 from django.utils import timezone
 
-from .. import registry
+from .. import databases, registry
 from ..enqueueing.call import enqueue_call
 from ..exceptions import ConfigurationError
 from ..models import Job, PeriodicTick
@@ -103,8 +103,9 @@ def registered_schedules() -> list[Periodic]:
 _refused: set[str] = set()
 
 
-def _db() -> str:
-    return router.db_for_write(Job) or DEFAULT_DB_ALIAS
+def _db(periodic: Periodic) -> str:
+    """Return the database of a tick's row: its job's, so both are one transaction (decision 224)."""
+    return databases.for_job(periodic.task.options.queue, periodic.task.name)
 
 
 def defer_tick(periodic: Periodic, tick: datetime, *, scheduler_id: str = "") -> str:
@@ -127,7 +128,7 @@ def defer_tick(periodic: Periodic, tick: datetime, *, scheduler_id: str = "") ->
             own errors (say, a rate limit's ``on_excess="drop"`` does not raise,
             but an ``EnqueueContentionError`` does).
     """
-    db = _db()
+    db = _db(periodic)
     name, schedule = periodic.name, periodic.schedule
     ticks = PeriodicTick.objects.using(db)
     seen = _newest_from(name, tick, db)

@@ -32,7 +32,7 @@ from typing import TypeVar
 
 from django.db import DEFAULT_DB_ALIAS, connections, router, transaction
 
-from .. import keys
+from .. import databases, keys, registry
 from ..enqueueing.planning import debounce_key_of_call, require_window
 from ..exceptions import ConfigurationError, WindowContentionError
 from ..models import Job
@@ -106,7 +106,7 @@ class Window:
     def pending(self) -> bool:
         """Return True while the key has an open window (§4.1): one query, no lock."""
         return (
-            Job.objects.using(_db(self.using))
+            Job.objects.using(_db(self.using, self.task_name))
             .open_windows()
             .filter(window_key=self.window_key)
             .exists()
@@ -160,7 +160,7 @@ class Window:
             :class:`~django_debounce.ops.cancels.CancelResult`: ``requested``
             names the running job, empty when nothing of the key runs.
         """
-        db = _db(self.using)
+        db = _db(self.using, self.task_name)
         running = Job.objects.using(db).running().filter(key_hash=self.window_key)
         return cancel_jobs(list(running.values_list("pk", flat=True)), using=db)
 
@@ -196,7 +196,9 @@ class Windows:
     @property
     def alias(self) -> str:
         """The database alias the operations use (the windows' ``using``, or the router's)."""
-        return _db(self.windows[0].using if self.windows else None)
+        if not self.windows:
+            return _db(None, "")
+        return _db(self.windows[0].using, self.windows[0].task_name)
 
     def on(self, using: str) -> Windows:
         """Return these windows' handles on database ``using``."""
@@ -268,8 +270,19 @@ class Windows:
         return retrying(attempt, db, "window cancel", WindowContentionError)
 
 
-def _db(using: str | None) -> str:
-    return using or router.db_for_write(Job) or DEFAULT_DB_ALIAS
+def _db(using: str | None, task_name: str) -> str:
+    """Return ``using``, or where the router writes the task's jobs (decision 224).
+
+    The router is told the task's own ``queue=`` (a window a call moved to another
+    queue with ``apply_async(queue=...)`` needs ``using=``); a task this process does not
+    know is routed by its name alone.
+    """
+    if using:
+        return using
+    task = registry.lookup(task_name) if task_name else None
+    if task is None:
+        return router.db_for_write(Job, task_name=task_name or None) or DEFAULT_DB_ALIAS
+    return databases.for_job(task.options.queue, task_name)
 
 
 def _chunks(windows: Sequence[Window]) -> Iterator[list[str]]:

@@ -23,6 +23,7 @@ from typing import Any
 from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
+from ... import databases
 from ...conf import settings
 from ...exceptions import ConfigurationError
 from ...log_fields import job_fields
@@ -108,8 +109,9 @@ def publish(
 ) -> tuple[int, int]:
     """Publish one ``django_debounce.run_job`` message per handed-off job; return (sent, failed).
 
-    Each message: argument the job id, task id ``str(job.pk)`` (so Flower and
-    ``AsyncResult`` show the job), no ETA (a job is never parked in the
+    Each message: argument the job id (and its database alias when it is not the
+    router's default: :func:`~django_debounce.contrib.celery.routing.message_args`),
+    task id ``str(job.pk)`` (so Flower and ``AsyncResult`` show the job), no ETA (a job is never parked in the
     broker, so no visibility timeout redelivers it early), queue
     :func:`celery_queue`. Call it after the hand-off claim committed. A
     publish that raises is logged (action ``publish_error``) and counted; that
@@ -153,7 +155,7 @@ def publish(
         try:
             app.send_task(
                 RUN_TASK,
-                args=[job.pk],
+                args=message_args(job),
                 task_id=str(job.pk),
                 queue=celery_queue(job.queue, app=app),
                 retry_policy=policy,
@@ -172,6 +174,17 @@ def publish(
     return sent, failed
 
 
+def message_args(job: Job) -> list[object]:
+    """Return a ``run_job`` message's arguments: the job id, and its database when not the default.
+
+    The database is named only when it is not the router's choice for ``Job`` without
+    hints (:func:`django_debounce.databases.default`), so a one-database project's
+    messages stay ``[job_id]``, as before decision 224.
+    """
+    alias = job._state.db or databases.default()
+    return [job.pk] if alias == databases.default() else [job.pk, alias]
+
+
 def _give_up_when(stopping: threading.Event) -> Any:
     """Return a kombu retry ``errback`` that re-raises the broker's error once ``stopping`` is set."""
 
@@ -186,6 +199,7 @@ __all__ = [
     "CELERY_DEFAULT_QUEUE",
     "DEFAULT_QUEUE",
     "RUN_TASK",
+    "message_args",
     "celery_app",
     "celery_default_queue",
     "celery_queue",

@@ -15,8 +15,9 @@ from celery import current_task, shared_task
 from celery.backends.base import DisabledBackend
 from celery.exceptions import Ignore, Retry
 from celery.signals import worker_process_shutdown, worker_shutdown
-from django.db import DEFAULT_DB_ALIAS, router
+from django.db import connections
 
+from ... import databases
 from ...exceptions import JobFailedError
 from ...job_ids import parse_id
 from ...models import Job
@@ -82,10 +83,10 @@ def run_handoff_message(*args: object, **kwargs: object) -> object:
     (:func:`~django_debounce.contrib.celery.kept_connection.kept_connection`,
     decision 184).
     """
-    job_id = _job_id(args, kwargs)
-    if job_id is None:
+    message = _job_and_database(args, kwargs)
+    if message is None:
         raise Ignore()
-    using = router.db_for_write(Job) or DEFAULT_DB_ALIAS
+    job_id, using = message
     with kept_connection(using):
         successes = None if _result_stored() else process_successes.batch_for(using)
         job = celery_executor.take_and_run(job_id, using=using, successes=successes).job
@@ -120,15 +121,36 @@ def _result_stored() -> bool:
     return not ignored and not isinstance(task.backend, DisabledBackend)
 
 
-def _job_id(args: tuple[object, ...], kwargs: dict[str, object]) -> int | None:
-    """Return the job id a ``run_job`` message carries, or log why it carries none and return ``None``."""
+def _job_and_database(
+    args: tuple[object, ...], kwargs: dict[str, object]
+) -> tuple[int, str] | None:
+    """Return the job id and database alias a ``run_job`` message carries, or log why not.
+
+    A message is ``[job_id]`` (the job is in :func:`django_debounce.databases.default`)
+    or ``[job_id, alias]`` (decision 224: the dispatcher of another database published it).
+    """
+    using = databases.default()
+    if len(args) == 2 and not kwargs and isinstance(alias := args[1], str):
+        if alias not in connections.settings:
+            logger.error(
+                "ignored a %s message for job %s of database %s: not an alias of this "
+                "process's DATABASES %s; give every Celery worker the DATABASES of the "
+                "dispatchers",
+                celery_executor.RUN_TASK,
+                _shown(args[0]),
+                _shown(alias),
+                sorted(connections.settings),
+                extra={"action": "bad_message"},
+            )
+            return None
+        args, using = args[:1], alias
     value = args[0] if len(args) == 1 and not kwargs else kwargs.get("job_id", args)
     if len(args) + len(kwargs) == 1 and (job_id := parse_id(value)) is not None:
-        return job_id
+        return job_id, using
     logger.error(
         "ignored a %s message with args=%s kwargs=%s: it takes one job id "
-        "(an integer, 1 to 2**63 - 1, or its ASCII decimal digits); "
-        "the dispatcher publishes these, a hand-made message must too",
+        "(an integer, 1 to 2**63 - 1, or its ASCII decimal digits) and optionally "
+        "the job's database alias; the dispatcher publishes these, a hand-made message must too",
         celery_executor.RUN_TASK,
         _shown(list(args)),
         _shown(kwargs),
@@ -147,17 +169,21 @@ def _shown(value: object) -> str:
 
 
 @shared_task(name=celery_executor.DISPATCH_TASK, ignore_result=True)
-def dispatch(limit: int = 1000, queues: list[str] | None = None) -> int:
+def dispatch(
+    limit: int = 1000, queues: list[str] | None = None, database: str | None = None
+) -> int:
     """Hand due jobs to Celery (:func:`~django_debounce.contrib.celery.executor.dispatch_due`); for Celery beat.
 
     Args:
         limit: most jobs handed off by this round.
         queues: debounce queues to dispatch; ``None``: every queue.
+        database: the database alias whose jobs to dispatch; ``None``: the router's
+            choice for ``Job`` (decision 224: one beat entry per database).
 
     Returns:
         How many jobs were handed off.
     """
-    return celery_executor.dispatch_due(limit=int(limit), queues=queues)
+    return celery_executor.dispatch_due(limit=int(limit), queues=queues, using=database)
 
 
 __all__ = ["dispatch", "run_handoff_message"]

@@ -13,6 +13,7 @@ from django_debounce import registry
 from django_debounce.exceptions import ConfigurationError
 from django_debounce.management.arguments import non_negative_int
 from django_debounce.management.database_ready import require_tables
+from django_debounce.validators import check_alias
 
 from ...conf.durations import parse_duration
 from ...ops.sweep import retry_dead_letters
@@ -58,6 +59,11 @@ class Command(BaseCommand):
             help="Retry at most this many entries (oldest first).",
         )
         parser.add_argument(
+            "--database",
+            default=DEFAULT_DB_ALIAS,
+            help="Database alias whose dead letters to retry (default 'default').",
+        )
+        parser.add_argument(
             "--dry-run",
             action="store_true",
             help="Only count what would be retried; write nothing.",
@@ -81,7 +87,12 @@ class Command(BaseCommand):
         tasks = options["tasks"]
         if isinstance(tasks, str):  # call_command("retry_dead_letters", tasks="a.b")
             tasks = [tasks]
-        require_tables(DEFAULT_DB_ALIAS)  # the sweep's database: one line before migrate
+        using = options.get("database") or DEFAULT_DB_ALIAS
+        try:
+            check_alias(using, "--database")
+        except ConfigurationError as exc:
+            raise CommandError(str(exc)) from None
+        require_tables(using)  # the sweep's database: one line before migrate
         for name in tasks or ():
             if registry.lookup(name) is None:
                 self.stderr.write(
@@ -97,6 +108,7 @@ class Command(BaseCommand):
             include_shed=bool(options["include_shed"]),
             limit=limit,
             dry_run=dry_run,
+            using=using,
         )
         verb = "would retry" if dry_run else "retried"
         line = (

@@ -8,14 +8,13 @@ import sys
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db import DEFAULT_DB_ALIAS, router
 
 from django_debounce.exceptions import ConfigurationError
 from django_debounce.management.arguments import positive_float, positive_int
 from django_debounce.management.database_ready import require_tables
-from django_debounce.models import Job
-from django_debounce.validators import check_queue
+from django_debounce.validators import check_alias, check_queue
 
+from ... import databases
 from ...conf import settings
 from ...contrib.celery.executor import Dispatcher
 from ...worker.loop import Worker
@@ -140,7 +139,14 @@ class Command(BaseCommand):
                 "(docs/howto/celery.md). Takes --queue, --burst, --poll-interval, --worker-id."
             ),
         )
-
+        parser.add_argument(
+            "--database",
+            default=None,
+            help=(
+                "Serve the jobs of this database alias (default: the router's choice for Job; "
+                "docs/howto/scale-out.md)."
+            ),
+        )
         parser.add_argument(
             "--no-periodic",
             action="store_false",
@@ -172,8 +178,13 @@ class Command(BaseCommand):
                 raise CommandError(f"argument --queue: {exc}") from None
         # A daemon thread: it stops with the process (metrics.serve; docs/howto/metrics.md).
         _serve_metrics(options.get("metrics_port"), options.get("metrics_addr", "0.0.0.0"))
+        using = options.get("database") or databases.default()
+        try:
+            check_alias(using, "--database")
+        except ConfigurationError as exc:
+            raise CommandError(str(exc)) from None
         # One line, not a traceback, before migrate (decision 130); the alias the Worker uses.
-        require_tables(router.db_for_write(Job) or DEFAULT_DB_ALIAS)
+        require_tables(using)
         try:
             settings.prune  # noqa: B018  # the sweep reads it; --skip-checks skipped E045
         except ConfigurationError as exc:
@@ -185,6 +196,7 @@ class Command(BaseCommand):
                 burst=options["burst"],
                 scheduler_id=options["worker_id"],
                 periodic=options.get("periodic", True),
+                using=using,
             ).run()
             return
         worker = Worker(
@@ -195,6 +207,7 @@ class Command(BaseCommand):
             poll_interval=options["poll_interval"],
             worker_id=options["worker_id"],
             periodic=options.get("periodic", True),
+            using=using,
         )
         worker.run()
         if worker.exit_code:  # too many threads stuck past their hard time limit (decision 187)
