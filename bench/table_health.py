@@ -1,9 +1,9 @@
 # ruff: noqa: T201  (a benchmark prints its figures)
 """Benchmark: the job table's health under debounce slides at scale (issue #23 item 5).
 
-    python3 dev.py bench table_health                  # 1M finished rows, 200k slides (~6 min)
-    python3 dev.py bench table_health -- --smoke       # 10k rows, 4k slides (seconds; CI)
-    python3 dev.py bench table_health -- --scale 0.1   # a tenth of every count
+    python3 dev.py bench table_health                  # 1M rows, 200k slides (~8 min alone)
+    python3 dev.py bench table_health -- --smoke       # 20k rows, 100 keys (seconds; CI)
+    python3 dev.py bench table_health -- --scale 0.1   # a tenth of the rows, slides, drain
     python3 dev.py bench table_health -- --migration 0011_job_progress   # without 0012
 
 PostgreSQL; creates and drops its own database (default ``bench_table_health``).
