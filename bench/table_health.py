@@ -4,7 +4,7 @@
     python3 dev.py bench table_health                  # 1M rows, 200k slides (~8 min alone)
     python3 dev.py bench table_health -- --smoke       # 20k rows, 100 keys (seconds; CI)
     python3 dev.py bench table_health -- --scale 0.1   # a tenth of the rows, slides, drain
-    python3 dev.py bench table_health -- --migration 0011_job_progress   # without 0012
+    python3 dev.py bench table_health -- --migration 0012_job_trace_links   # without 0013
 
 PostgreSQL; creates and drops its own database (default ``bench_table_health``).
 One scenario, measured after each phase:

@@ -1,8 +1,8 @@
-"""Migration 0012 on PostgreSQL: per-table autovacuum and a claim index of READY rows (decisions 219, 220).
+"""Migration 0013 on PostgreSQL: per-table autovacuum and a claim index of READY rows (decisions 219, 220).
 
 What the migration sets is read back from the catalog (``pg_class.reloptions``,
 ``pg_index``); that the claim and the metrics still use the partial index is read
-from the plans of their real statements; going back to 0011 restores the full index
+from the plans of their real statements; going back to 0012 restores the full index
 and the server's autovacuum defaults, and forward again the partial one. The figures
 the settings buy are ``bench/table_health.py``'s (docs/howto/table-health.md).
 """
@@ -24,8 +24,8 @@ from django_debounce.models import Job
 pytestmark = pytest.mark.postgres
 
 TABLE = Job._meta.db_table
-BEFORE = [("django_debounce", "0011_job_progress")]
-AFTER = [("django_debounce", "0012_job_table_health")]
+BEFORE = [("django_debounce", "0012_job_trace_links")]
+AFTER = [("django_debounce", "0013_job_table_health")]
 
 
 def _rows(sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:

@@ -164,7 +164,7 @@ def test_a_slide_writes_one_indexed_column_run_at_of_the_claim_index():
     )
     for index, column, expression, predicate in rows:
         assert not expression, index  # else its expressions' columns count too
-        # A predicate's columns count too: the claim index's (migration 0012) is status alone.
+        # A predicate's columns count too: the claim index's (migration 0013) is status alone.
         assert predicate in (None, "((status)::text = 'READY'::text)"), (index, predicate)
         indexed.setdefault(column, set()).add(index)
     assert written & indexed.keys() == {"run_at"}

@@ -66,6 +66,6 @@ def _run(statements: list[str]) -> Any:
 
 
 class Migration(migrations.Migration):
-    dependencies = [("django_debounce", "0011_job_progress")]
+    dependencies = [("django_debounce", "0012_job_trace_links")]
 
     operations = [migrations.RunPython(_run(FORWARD), _run(BACKWARD), elidable=False)]
