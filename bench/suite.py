@@ -120,6 +120,13 @@ def scenarios() -> list[Scenario]:
             "claim at 10k vs 1M finished rows, with EXPLAIN",
         ),
         Scenario(
+            "table_health",
+            "table_health.py",
+            lambda a: [],
+            ["--smoke"],
+            "job table under 200,000 slides at 1M finished rows: HOT, dead, sizes, claim",
+        ),
+        Scenario(
             "rss",
             "rss.py",
             lambda a: [],
@@ -332,6 +339,16 @@ def read_claim(f: Figures, data: Any) -> None:
         )
 
 
+def read_table_health(f: Figures, data: Any) -> None:
+    phases = {p["phase"]: p for p in data["phases"]}
+    slid = phases["slides"]
+    share = 100 * slid["phase_hot"] / max(1, slid["phase_updates"])
+    f.add("table health", "slides that were HOT updates", [share], "%")
+    for name in ("start", "slides", "again"):
+        f.add("table health", f"idle claim after {name}", [phases[name]["idle_ms"]], "ms")
+        f.add("table health", f"table size after {name}", [phases[name]["total"] / 2**20], "MiB")
+
+
 def read_rss(f: Figures, data: Any) -> None:
     marks = sorted({m for run in data["runs"] for m in run["vmhwm_kib_at"]}, key=int)
     for m in marks:
@@ -382,6 +399,7 @@ READERS: dict[str, Callable[[Figures, Any], None]] = {
     "latency": read_latency,
     "claim": read_claim,
     "rss": read_rss,
+    "table_health": read_table_health,
     "replay": read_replay,
     "peers": read_peers,
 }
