@@ -199,3 +199,29 @@ def test_ten_thousand_calls_keep_32_links_and_count_every_call(clock, otel_spans
     (run,) = _spans(otel_spans, SpanKind.CONSUMER)
     assert [link.context.span_id for link in run.links] == spans
     assert run.attributes["debounce.links_left_out"] == 10_000 - MAX_LINKS
+
+
+def test_a_traced_row_slides_and_runs_in_a_process_without_the_api(
+    clock, otel_spans, burst, monkeypatch
+):
+    import sys
+
+    from django_debounce.tracing import provider
+
+    window.delay(key="noapi", n=1)
+    stored = Job.objects.get().trace_links
+    otel_spans.clear()
+    # The API "not installed" (as tests/unit/tracing/test_tracing_off.py does it).
+    for name in [m for m in sys.modules if m == "opentelemetry" or m.startswith("opentelemetry.")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setattr(provider, "_api", None)
+    monkeypatch.setattr(provider, "_cached", None)
+    window.delay(key="noapi", n=2)
+    tasks_ota.RAN.clear()
+    clock(seconds=11)
+    burst()
+    assert tasks_ota.RAN == [1]
+    job = Job.objects.get()
+    assert job.status == Job.Status.SUCCESSFUL and job.enqueue_count == 2
+    assert job.trace_links == stored  # an untraced slide leaves the carried links alone
+    assert otel_spans.get_finished_spans() == ()
