@@ -1,7 +1,7 @@
 """Spans of a test's subprocesses, written where the test reads them (decision 213's process test).
 
 ``DEBOUNCE_TEST_OTEL_SPANS=DIR`` in a subprocess's environment makes
-tests/settings_celery.py call :func:`install`: the process sets the global tracer
+tests/settings.py call :func:`install`: the process sets the global tracer
 provider (once, as a project would in its settings or a Celery signal) with a
 ``SimpleSpanProcessor`` that appends each finished span as one JSON line to
 ``DIR/spans-<pid>.jsonl``. Without the variable nothing is imported or set.

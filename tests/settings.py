@@ -183,3 +183,9 @@ if os.environ.get("DEBOUNCE_TEST_WAKE_REDIS_URL"):
         },
     }
     DEBOUNCE_REDIS = "wake"
+
+# A tracing test reads this process's spans (tests/otel_export.py; any subprocess, either executor).
+if os.environ.get("DEBOUNCE_TEST_OTEL_SPANS"):
+    from tests.otel_export import install
+
+    install(os.environ["DEBOUNCE_TEST_OTEL_SPANS"])

@@ -22,7 +22,3 @@ if os.environ.get("DEBOUNCE_TEST_CELERY_QUEUE"):
     DEBOUNCE_CELERY_QUEUES = dict.fromkeys(
         ("default", "mail", "other"), os.environ["DEBOUNCE_TEST_CELERY_QUEUE"]
     )
-if os.environ.get("DEBOUNCE_TEST_OTEL_SPANS"):  # a tracing test reads this process's spans
-    from tests.otel_export import install
-
-    install(os.environ["DEBOUNCE_TEST_OTEL_SPANS"])

@@ -104,9 +104,13 @@ def run_job(
     if tracer is None:
         _run(job, worker_id, using, retry_for, successes, on_control, None)
         return
-    from ..tracing.spans import RunSpan
+    from ..tracing.spans import run_span
 
-    with RunSpan(tracer, job) as span:
+    span = run_span(tracer, job)  # None: the SDK raised making it (logged, decision 227)
+    if span is None:
+        _run(job, worker_id, using, retry_for, successes, on_control, None)
+        return
+    with span:
         _run(job, worker_id, using, retry_for, successes, on_control, span)
 
 

@@ -17,6 +17,8 @@ from typing import Any
 
 #: Links a job keeps at most: the first call's and the latest ``MAX_LINKS - 1`` calls'.
 MAX_LINKS = 32
+#: The count ``calls`` is clamped to (a hand-edited row's huge number stays a bigint).
+MAX_CALLS = 10**15
 
 Carrier = dict[str, str]
 
@@ -31,19 +33,27 @@ def joined(stored: Mapping[str, Any] | None, call: Mapping[str, Any]) -> dict[st
 
     Keeps the first link and the latest ones, :data:`MAX_LINKS` in all: when
     ``stored`` is full, its second link (the oldest but the first) goes.
-    ``stored`` ``None`` (a job opened while tracing was off): ``call`` itself.
+    ``stored`` ``None`` (a job opened while tracing was off) or not of the stored
+    shape (a row edited by hand: not a mapping, ``links`` not a list): ``call``
+    itself; a ``calls`` that is not a number counts the links, and is clamped
+    to ``0 .. MAX_CALLS``.
     A call whose carrier is the latest link's (the calls of one key in one
     bulk enqueue share its span) adds nothing: one span, one link, one count.
     """
-    if not stored:
-        return dict(call)
-    links = list(stored.get("links") or [])
+    if not isinstance(stored, Mapping) or not isinstance(stored.get("links"), list):
+        return dict(
+            call
+        )  # None, or not of the stored shape (edited by hand): the call's (decision 228)
+    links = list(stored["links"])
     if links and links[-1:] == list(call.get("links") or []):
         return dict(stored)  # the same span again (one bulk enqueue's calls of a key): one link
     if len(links) >= MAX_LINKS:
         links = [links[0], *links[len(links) - MAX_LINKS + 2 :]]
+    counted = stored.get("calls")
+    if isinstance(counted, bool) or not isinstance(counted, (int, float)):
+        counted = len(links)
     return {
-        "calls": int(stored.get("calls") or len(links)) + int(call.get("calls") or 1),
+        "calls": int(min(max(counted, 0), MAX_CALLS)) + int(call.get("calls") or 1),
         "links": [*links, *(call.get("links") or [])],
     }
 

@@ -21,6 +21,7 @@ the queue, ``messaging.message.id`` the job id); the rest are ``debounce.*``.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -44,6 +45,39 @@ SYSTEM = "django_debounce"
 #: carrier is django_debounce's own storage, read by its own workers (decision 212).
 _W3C = TraceContextTextMapPropagator()
 
+logger = logging.getLogger(__name__)
+#: The kinds of tracing error already logged with their traceback (later ones: one line).
+_logged: set[str] = set()
+
+
+def broke(where: str, exc: BaseException) -> None:
+    """Log that tracing failed at ``where`` with ``exc``; the traced operation carries on (decision 227).
+
+    The SDK (a span processor, a sampler, an exporter called synchronously) may
+    raise: a trace is an observer and must not fail the enqueue, claim or run
+    it watches. The first error of each kind is logged with its traceback.
+    """
+    kind = f"{where}:{type(exc).__qualname__}"
+    logger.warning(
+        "tracing failed (%s), carrying on untraced: %r", where, exc, exc_info=kind not in _logged
+    )
+    _logged.add(kind)
+
+
+def _span_or_none(where: str, start: Callable[[], Span]) -> Span | None:
+    try:
+        return start()
+    except Exception as exc:
+        broke(where, exc)
+        return None
+
+
+def _quietly(where: str, action: Callable[..., object], *args: object) -> None:
+    try:
+        action(*args)
+    except Exception as exc:
+        broke(where, exc)
+
 
 def _error(span: Span, exc: BaseException) -> None:
     span.record_exception(exc)
@@ -58,26 +92,28 @@ def traced_enqueue(tracer: Tracer, plan: Plan, write: Callable[[], Job]) -> Job:
     unsampled span would be a link to nothing). A write that raises ends the
     span with the error.
     """
-    span = tracer.start_span(
-        f"enqueue {plan.task_name}",
-        kind=SpanKind.PRODUCER,
-        attributes={
-            "messaging.system": SYSTEM,
-            "messaging.operation.type": "send",
-            "messaging.operation.name": "enqueue",
-            "messaging.destination.name": plan.queue,
-            "debounce.task": plan.task_name,
-        },
+    span = _span_or_none(
+        "enqueue",
+        lambda: tracer.start_span(
+            f"enqueue {plan.task_name}",
+            kind=SpanKind.PRODUCER,
+            attributes={
+                "messaging.system": SYSTEM,
+                "messaging.operation.type": "send",
+                "messaging.operation.name": "enqueue",
+                "messaging.destination.name": plan.queue,
+                "debounce.task": plan.task_name,
+            },
+        ),
     )
-    with trace.use_span(span, end_on_exit=True, record_exception=False):
-        if span.get_span_context().trace_flags.sampled:
-            carrier: dict[str, str] = {}
-            _W3C.inject(carrier)
-            plan.trace_links = opening(carrier) if carrier else None
+    if span is None:
+        return write()
+    with _Current(span):
+        _quietly("enqueue", _carry, span, [plan])
         try:
             job = write()
         except BaseException as exc:
-            _error(span, exc)
+            _quietly("enqueue", _error, span, exc)
             raise
         attributes: dict[str, Any] = {
             "messaging.message.id": str(job.pk),
@@ -87,8 +123,32 @@ def traced_enqueue(tracer: Tracer, plan: Plan, write: Callable[[], Job]) -> Job:
         key_hash = plan.window_key or plan.unique_lock
         if key_hash:  # the key's hash, never its text: keys may hold user data
             attributes["debounce.key_hash"] = key_hash
-        span.set_attributes(attributes)
+        _quietly("enqueue", span.set_attributes, attributes)
     return job
+
+
+class _Current:
+    """Make ``span`` current for the block, then end it; an SDK error in ending it is logged."""
+
+    def __init__(self, span: Span) -> None:
+        self.span = span
+        self.token: object = None
+
+    def __enter__(self) -> None:
+        self.token = otel_context.attach(trace.set_span_in_context(self.span))
+
+    def __exit__(self, *exc_info: object) -> None:
+        otel_context.detach(self.token)  # type: ignore[arg-type]
+        _quietly("end", self.span.end)
+
+
+def _carry(span: Span, plans: Sequence[Plan]) -> None:
+    """Give ``plans`` the context of ``span`` (current) to carry, when it is sampled."""
+    if span.get_span_context().trace_flags.sampled:
+        carrier: dict[str, str] = {}
+        _W3C.inject(carrier)
+        for plan in plans:
+            plan.trace_links = opening(carrier) if carrier else None
 
 
 def traced_enqueue_many(
@@ -100,32 +160,37 @@ def traced_enqueue_many(
     calls); a window that several of its calls joined gets one link, the
     batch's. The span counts the calls' outcomes (``debounce.created`` …).
     """
-    span = tracer.start_span(
+    span = _span_or_none(
         "enqueue_many",
-        kind=SpanKind.PRODUCER,
-        attributes={
-            "messaging.system": SYSTEM,
-            "messaging.operation.type": "send",
-            "messaging.operation.name": "enqueue_many",
-            "messaging.batch.message_count": len(plans),
-            "debounce.tasks": sorted({plan.task_name for plan in plans}),
-        },
+        lambda: tracer.start_span(
+            "enqueue_many",
+            kind=SpanKind.PRODUCER,
+            attributes={
+                "messaging.system": SYSTEM,
+                "messaging.operation.type": "send",
+                "messaging.operation.name": "enqueue_many",
+                "messaging.batch.message_count": len(plans),
+                "debounce.tasks": sorted({plan.task_name for plan in plans}),
+            },
+        ),
     )
-    with trace.use_span(span, end_on_exit=True, record_exception=False):
-        if span.get_span_context().trace_flags.sampled:
-            carrier: dict[str, str] = {}
-            _W3C.inject(carrier)
-            for plan in plans:
-                plan.trace_links = opening(carrier) if carrier else None
+    if span is None:
+        return write()
+    with _Current(span):
+        _quietly("enqueue_many", _carry, span, plans)
         try:
             jobs = write()
         except BaseException as exc:
-            _error(span, exc)
+            _quietly("enqueue_many", _error, span, exc)
             raise
         counts: dict[str, int] = {}
         for job in jobs:
             counts[job.outcome] = counts.get(job.outcome, 0) + 1
-        span.set_attributes({f"debounce.{outcome}": n for outcome, n in counts.items()})
+        _quietly(
+            "enqueue_many",
+            span.set_attributes,
+            {f"debounce.{outcome}": n for outcome, n in counts.items()},
+        )
     return jobs
 
 
@@ -145,8 +210,13 @@ def record_claim(
     }
     if queues and len(queues) == 1:
         attributes["messaging.destination.name"] = queues[0]
-    span = tracer.start_span("claim", kind=SpanKind.CLIENT, attributes=attributes, start_time=began)
-    span.end()
+    try:
+        span = tracer.start_span(
+            "claim", kind=SpanKind.CLIENT, attributes=attributes, start_time=began
+        )
+        span.end()
+    except Exception as exc:
+        broke("claim", exc)
 
 
 def _links(job: Job) -> tuple[list[Link], int]:
@@ -205,6 +275,9 @@ class RunSpan:
     def raised(self, exc: BaseException) -> None:
         """The task raised ``exc``: record it on the span (its outcome is written next)."""
         self._ran = False
+        _quietly("run", self._raised, exc)
+
+    def _raised(self, exc: BaseException) -> None:
         _error(self.span, exc)
         if isinstance(exc, JobTimeout):
             self.span.set_attribute("debounce.timed_out", True)
@@ -215,16 +288,17 @@ class RunSpan:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        try:
-            if exc is not None:
-                outcome = "not_recorded"
-                _error(self.span, exc)
-            else:
-                outcome = self._outcome()
-            self.span.set_attribute("debounce.outcome", outcome)
-            self.span.end()
-        finally:
-            otel_context.detach(self._token)  # type: ignore[arg-type]
+        otel_context.detach(self._token)  # type: ignore[arg-type]
+        _quietly("run", self._end, exc)
+
+    def _end(self, exc: BaseException | None) -> None:
+        if exc is not None:
+            outcome = "not_recorded"
+            _error(self.span, exc)
+        else:
+            outcome = self._outcome()
+        self.span.set_attribute("debounce.outcome", outcome)
+        self.span.end()
 
     def _outcome(self) -> str:
         status = self.job.status
@@ -244,5 +318,16 @@ def record_expired(tracer: Tracer, job: Job) -> None:
 
     A run span of no length, linked as a run's would be, with the outcome ``expired``.
     """
-    with RunSpan(tracer, job):
-        pass  # the job's status (EXPIRED) names the outcome
+    span = run_span(tracer, job)
+    if span is not None:
+        with span:
+            pass  # the job's status (EXPIRED) names the outcome
+
+
+def run_span(tracer: Tracer, job: Job) -> RunSpan | None:
+    """Return a :class:`RunSpan` of ``job``, or ``None`` when the SDK raised making it (logged)."""
+    try:
+        return RunSpan(tracer, job)
+    except Exception as exc:
+        broke("run", exc)
+        return None

@@ -28,6 +28,8 @@ from django_debounce import codec
 from django_debounce.flow.throttle import bucket_for
 from django_debounce.models import DeadLetter, Job
 from tests.conftest import child_env
+from tests.otel_export import read_spans
+from tests.processes.traced_checks import span_problems
 from tests.procs import app_name, freeze_outside_transaction, processes, wait_for
 from tests.soak_checks import worst_rate_interval
 from tests.testapp import tasks_every_feature
@@ -55,8 +57,11 @@ def attack_task():
     tasks_every_feature.unregister()
 
 
-def _run_everything(tmp_path, mode: str = "kill") -> dict[str, Any]:
+def _run_everything(tmp_path, mode: str = "kill", traced: bool = False) -> dict[str, Any]:
+    spans_dir = tmp_path / "spans"
+    spans_dir.mkdir()
     env = child_env(
+        **({"DEBOUNCE_TEST_OTEL_SPANS": str(spans_dir)} if traced else {}),
         DEBOUNCE_ATTACK_TASKS="1",
         DEBOUNCE_TEST_LEASE="2s",
         DEBOUNCE_TEST_PREFETCH="4",
@@ -169,9 +174,11 @@ def _ts(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value) if value else None
 
 
-@pytest.mark.parametrize("mode", ["kill", "freeze"])
+@pytest.mark.parametrize("mode", ["kill", "freeze", "traced"])
 def test_everything_at_once_keeps_the_contract(tmp_path, attack_task, mode):
-    run = _run_everything(tmp_path, mode)
+    """``traced``: ``kill`` with every process tracing (OpenTelemetry, decisions 211-213)."""
+    traced = mode == "traced"
+    run = _run_everything(tmp_path, "kill" if traced else mode, traced)
     problems: list[str] = []
     errors = [e for r in run["reports"] for e in r["other_errors"]]
     if errors:
@@ -343,6 +350,8 @@ def test_everything_at_once_keeps_the_contract(tmp_path, attack_task, mode):
         f"{len(ticks)} ticks {sorted({t.outcome for t in ticks})}, "
         f"{progress_errors} progress write(s) failed"
     )
+    if traced:
+        problems += span_problems(read_spans(tmp_path / "spans"), jobs, run["stderr"])
     assert problems == [], "\n".join(problems[:40])
 
 

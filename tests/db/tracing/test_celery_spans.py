@@ -72,3 +72,21 @@ def test_a_job_taken_past_its_expiry_is_a_run_span_expired_linked_to_its_call(cl
     assert run.attributes["debounce.outcome"] == "expired"
     assert [link.context.span_id for link in run.links] == [enqueue.context.span_id]
     assert run.status.status_code == StatusCode.UNSET
+
+
+@pytest.mark.parametrize("where", ["start", "end"])
+def test_a_raising_span_processor_fails_no_handed_off_run_nor_its_expiry(
+    where, clock, otel_spans, caplog
+):
+    from tests.db.tracing.test_tracing_attack import Raising
+
+    otel_spans.provider.add_span_processor(Raising(where))
+    ran = celery_window.delay(key="rp", n=5)
+    gone = celery_fails.apply_async(args=(6,), expires="20s")
+    clock(seconds=11)
+    assert sorted(j.pk for j in _handoff()) == sorted([ran.pk, gone.pk])
+    assert celery_executor.run_handed_off(ran.pk) == 5
+    clock(seconds=30)
+    assert celery_executor.take_and_run(gone.pk).job.status == Job.Status.EXPIRED
+    assert Job.objects.get(pk=ran.pk).status == Job.Status.SUCCESSFUL
+    assert "tracing failed" in caplog.text

@@ -4,7 +4,7 @@ Issue #22 item 5's "done when": three calls of ``otl.quick`` (a 1 s window), eac
 span of its own trace in this test process, become one job; the process that runs it, a
 ``celery worker`` fed by ``run_debounce_worker --dispatch-only`` or the built-in
 ``run_debounce_worker``, exports its spans as JSON lines (tests/otel_export.py, switched
-on by ``DEBOUNCE_TEST_OTEL_SPANS`` in tests/settings_celery.py). Its run span must link
+on by ``DEBOUNCE_TEST_OTEL_SPANS`` in tests/settings.py). Its run span must link
 to exactly the three enqueue spans, and the claim that took the job is a span too.
 """
 
