@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -180,3 +181,19 @@ def otel_spans() -> Iterator[Any]:
     finally:
         use_tracer_provider(None)
         provider.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def _celery_successes_written() -> Iterator[None]:
+    """Write the successes a test's in-process Celery task left waiting, and close the writer.
+
+    Any test that runs a handed-off job in this process (``run_handed_off``, the
+    ``run_job`` task; tests/db/contrib/celery, tests/db/tracing, ...) may start the
+    process's batched-success writer thread (decision 215), which keeps a connection
+    of its own: the test database is flushed or dropped next, so the thread must not
+    hold a session to it. Nothing to do when the module was never imported.
+    """
+    yield
+    module = sys.modules.get("django_debounce.contrib.celery.batched_successes")
+    if module is not None:
+        module.process_successes.stop()
